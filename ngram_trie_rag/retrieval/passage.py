@@ -1,0 +1,63 @@
+"""The two records retrieval passes around: a loaded ``Document`` and a ``Passage`` chunk.
+
+Both are plain dataclasses that round-trip through JSON (the on-disk chunk store is JSONL),
+so no pickle is ever needed to persist an index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Document:
+    """A whole text read from one file (or one record of a JSON/JSONL file).
+
+    ``id`` is the stem that chunk ids are built from; it defaults to ``source``.
+    """
+
+    text: str
+    source: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    @property
+    def doc_id(self) -> str:
+        return self.id if self.id is not None else self.source
+
+
+@dataclass
+class Passage:
+    """A chunk of a document: the unit that is embedded, searched, reranked and shown.
+
+    ``score`` is ``None`` until a search (inner product of normalised vectors, i.e. cosine)
+    or a reranker sets it; the higher the better in both cases.
+    """
+
+    id: str
+    text: str
+    source: str
+    score: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def with_score(self, score: float, **metadata: Any) -> Passage:
+        """A copy with ``score`` set, so stored passages are never mutated by a search."""
+        return dataclasses.replace(
+            self, score=float(score), metadata={**self.metadata, **metadata}
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Passage:
+        """Inverse of :meth:`to_dict`; a missing key raises ``KeyError`` (a bad store)."""
+        return cls(
+            id=str(data["id"]),
+            text=str(data["text"]),
+            source=str(data["source"]),
+            score=None if data.get("score") is None else float(data["score"]),
+            metadata=dict(data.get("metadata") or {}),
+        )

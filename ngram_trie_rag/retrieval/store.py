@@ -1,0 +1,205 @@
+"""On-disk index format: a folder with ``index.faiss``, ``passages.jsonl``, ``manifest.json``.
+
+Why this shape:
+* No pickle: the FAISS index is FAISS's own serialisation, passages are JSON lines, the
+  manifest is JSON. Loading a folder from someone else cannot execute code.
+* The manifest records the embedder (name, dim) and the index recipe (factory, nprobe), so
+  an index is never searched with vectors from a different model, and sha256 checksums, so
+  a truncated or corrupted file is reported instead of crashing FAISS.
+* Saves are atomic: everything is written into a temporary sibling folder, flushed, then
+  renamed into place; the previous index is moved aside and deleted only after the new one
+  is in place. A crash mid-save leaves the previous index (or nothing) at the target path,
+  never a half-written one. (Between the two renames there is a window of microseconds
+  where the target is absent; the old copy then sits beside it as ``.NAME.old-*``.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import IndexLoadError, IndexSaveError
+from .passage import Passage
+
+FORMAT_NAME = "ngram-trie-rag-index"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+INDEX_FILE = "index.faiss"
+PASSAGES_FILE = "passages.jsonl"
+REQUIRED_KEYS = ("embedder", "dim", "factory", "nprobe", "count", "files")
+
+
+@dataclass
+class StoredIndex:
+    """What a saved folder holds, after validation."""
+
+    index: Any  # faiss.Index
+    passages: list[Passage]
+    manifest: dict[str, Any]
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _write_file(path: Path, data: bytes) -> dict[str, Any]:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return {"sha256": sha256_bytes(data), "bytes": len(data)}
+
+
+def _passages_jsonl(passages: list[Passage]) -> bytes:
+    lines = (json.dumps(p.to_dict(), ensure_ascii=False) for p in passages)
+    return "".join(line + "\n" for line in lines).encode("utf-8")
+
+
+def is_index_dir(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
+
+
+def write_index_dir(
+    path: str | os.PathLike,
+    index: Any,
+    passages: list[Passage],
+    fields: dict[str, Any],
+) -> Path:
+    """Atomically write ``index`` (a CPU faiss index) + passages + manifest to ``path``.
+
+    ``fields`` go into the manifest (embedder, dim, factory, nprobe, and any extras).
+    Refuses to replace an existing non-empty folder that is not an index, so a mistyped
+    ``--out`` can never delete someone's documents.
+    """
+    import faiss
+
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise IndexSaveError(f"cannot save index to {target}: it is a file")
+    if target.is_dir() and not is_index_dir(target) and any(target.iterdir()):
+        raise IndexSaveError(
+            f"refusing to save index to {target}: folder exists and is not an index"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        files = {
+            INDEX_FILE: _write_file(tmp / INDEX_FILE, faiss.serialize_index(index).tobytes()),
+            PASSAGES_FILE: _write_file(tmp / PASSAGES_FILE, _passages_jsonl(passages)),
+        }
+        manifest = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            **fields,
+            "count": len(passages),
+            "metric": "inner_product",
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "files": files,
+        }
+        _write_file(tmp / MANIFEST, json.dumps(manifest, indent=2).encode("utf-8"))
+        _swap_into_place(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _swap_into_place(tmp: Path, target: Path) -> None:
+    """rename(tmp -> target), moving an existing target aside first and restoring it on
+    failure. ``rename`` of a folder is atomic on POSIX within one filesystem."""
+    if not target.exists():
+        tmp.rename(target)
+        return
+    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    target.rename(old)
+    try:
+        tmp.rename(target)
+    except BaseException:
+        old.rename(target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _read_manifest(folder: Path) -> dict[str, Any]:
+    if not folder.exists():
+        raise IndexLoadError(f"index not found: {folder}")
+    if not folder.is_dir():
+        raise IndexLoadError(f"index path {folder} is not a folder")
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise IndexLoadError(f"{folder} is not an index: {MANIFEST} is missing")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise IndexLoadError(f"cannot read {path}: corrupted manifest ({exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise IndexLoadError(f"{path} is not an ngram-trie-rag index manifest")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise IndexLoadError(
+            f"unsupported index format version {version!r} in {folder} (this version reads "
+            f"{FORMAT_VERSION}); rebuild the index"
+        )
+    missing = [k for k in REQUIRED_KEYS if k not in manifest]
+    if missing:
+        raise IndexLoadError(f"{path} lacks {', '.join(missing)}: corrupted manifest")
+    return manifest
+
+
+def _read_checked(folder: Path, name: str, manifest: dict[str, Any]) -> bytes:
+    """File bytes, verified against the manifest's sha256 before anything parses them."""
+    entry = manifest["files"].get(name) if isinstance(manifest["files"], dict) else None
+    if not isinstance(entry, dict) or "sha256" not in entry:
+        raise IndexLoadError(f"{folder / MANIFEST} has no checksum for {name}: corrupted")
+    path = folder / name
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise IndexLoadError(f"index file missing: {path}; rebuild the index") from exc
+    except OSError as exc:
+        raise IndexLoadError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if sha256_bytes(data) != entry["sha256"]:
+        raise IndexLoadError(
+            f"checksum mismatch for {path} ({len(data)} bytes, expected "
+            f"{entry.get('bytes', '?')}): the file is corrupted or truncated; rebuild the index"
+        )
+    return data
+
+
+def read_index_dir(path: str | os.PathLike) -> StoredIndex:
+    """Validate and load a saved index folder; every failure is an ``IndexLoadError``."""
+    import faiss
+
+    folder = Path(path)
+    manifest = _read_manifest(folder)
+    index_bytes = _read_checked(folder, INDEX_FILE, manifest)
+    passages_bytes = _read_checked(folder, PASSAGES_FILE, manifest)
+    try:
+        index = faiss.deserialize_index(np.frombuffer(index_bytes, dtype=np.uint8))
+    except RuntimeError as exc:
+        raise IndexLoadError(f"FAISS cannot read {folder / INDEX_FILE}: {exc}") from exc
+    try:
+        passages = [
+            Passage.from_dict(json.loads(line))
+            for line in passages_bytes.decode("utf-8").splitlines()
+            if line.strip()
+        ]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise IndexLoadError(f"cannot parse {folder / PASSAGES_FILE}: {exc}") from exc
+    count, dim = manifest["count"], manifest["dim"]
+    if index.ntotal != count or len(passages) != count or index.d != dim:
+        raise IndexLoadError(
+            f"index {folder} is inconsistent: manifest says {count} vectors of dim {dim}, "
+            f"found {index.ntotal} vectors of dim {index.d} and {len(passages)} passages"
+        )
+    return StoredIndex(index=index, passages=passages, manifest=manifest)
