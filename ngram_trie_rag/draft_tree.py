@@ -27,6 +27,7 @@ class DraftTree:
     frequencies: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     match_len: int = 0  # how many trailing tokens matched the trie (0: no match)
     recency: np.ndarray | None = None  # (N,) newest occurrence position, for tie-breaking
+    rank: np.ndarray | None = None  # (N,) position in the drafter's ranking, 0 = best
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -34,6 +35,38 @@ class DraftTree:
     @property
     def max_depth(self) -> int:
         return int(self.depths.max()) if len(self) else 0
+
+    def ranks(self) -> np.ndarray:
+        """Ranking of the nodes (pre-order when the drafter gave none)."""
+        return self.rank if self.rank is not None else np.arange(len(self), dtype=np.int64)
+
+    def top(self, k: int) -> DraftTree:
+        """The sub-tree of the ``k`` best-ranked nodes (ancestor-closed: a parent always
+        ranks before its children), still in pre-order."""
+        if k >= len(self):
+            return self
+        keep = np.flatnonzero(self.ranks() < k)
+        remap = np.full(len(self), -1, dtype=np.int64)
+        remap[keep] = np.arange(keep.size)
+        parents = self.parents[keep]
+        parents = np.where(parents >= 0, remap[np.maximum(parents, 0)], -1)
+        return DraftTree(self.tokens[keep], parents, self.depths[keep],
+                         self.frequencies[keep] if self.frequencies.size else self.frequencies,
+                         self.match_len, None, self.ranks()[keep])
+
+    def path_ranks(self, tokens: list[int]) -> list[int]:
+        """Ranks of the nodes along ``tokens`` from the top, as far as the tree has them."""
+        children = self.children()
+        ranks = self.ranks()
+        out: list[int] = []
+        row = 0
+        for tok in tokens:
+            child = children[row].get(tok)
+            if child is None:
+                break
+            out.append(int(ranks[child]))
+            row = child + 1
+        return out
 
     @staticmethod
     def empty() -> DraftTree:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from .budget import DraftBudget, latency_curve
 from .draft_tree import DraftTree
 from .kv_cache import compact, new_cache
 from .proposers import PROPOSERS
@@ -43,8 +44,9 @@ class DraftConfig:
 
     n: int = 13
     prefix_len: int = 3
-    num_draft: int = 8
+    num_draft: int = 32  # the most nodes verified per step (the budget's cap when adaptive)
     method: str = "trie"  # "trie" (paper), "chain" (prompt lookup), "none" (plain)
+    adaptive: bool = True  # choose num_draft per step from latency and acceptance
     max_trie_tokens: int = 1 << 20
 
     def __post_init__(self) -> None:
@@ -75,6 +77,7 @@ class SpeculativeGenerator:
         self.context_window = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self.sliding_window = _sliding_window(model.config)
         self.eos_token_ids = _eos_ids(model, tokenizer)
+        self._budget: DraftBudget | None = None
         # A plain Lock, not an RLock: a stream may be advanced from different threads
         # (e.g. asyncio.to_thread per chunk), and only a Lock can be released by another.
         self._lock = threading.Lock()
@@ -160,6 +163,9 @@ class SpeculativeGenerator:
             max_new_tokens: upper bound on new tokens (generation also stops at the
                 model's context window, with finish reason ``length``).
             stop: stop strings; the text ends before the first one (not emitted).
+            num_draft: pin the number of verified draft nodes for this call (by default
+                it adapts per step, up to ``config.num_draft``).
+            method: ``"trie"``, ``"chain"`` or ``"none"`` for this call.
         """
         if max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -175,9 +181,27 @@ class SpeculativeGenerator:
                              f"{self.model_name} is {self.context_window}")
         docs = self.encode_documents(documents) if documents is not None else None
         text = TextStream(self.tokenizer, stops)
+        budget = self._draft_budget() if num_draft is None and self.config.adaptive else None
         steps = self._steps(ids, docs, max_new_tokens, params, seed,
-                            num_draft or self.config.num_draft, method or self.config.method)
+                            num_draft or self.config.num_draft, method or self.config.method,
+                            budget)
         return GenerationStream(self, ids, steps, text)
+
+    def _draft_budget(self) -> DraftBudget:
+        """The adaptive budget, with this model's latency curve (measured once, cached)."""
+        if self._budget is None:
+            from .loading import cache_dir
+
+            dev = self.model.device
+            key = (f"{self.model_name}-{self.model.config.model_type}-"
+                   f"{self.model.config.num_hidden_layers}x{self.model.config.hidden_size}-"
+                   f"{str(self.model.dtype).removeprefix('torch.')}-{dev.type}-"
+                   f"{torch.get_num_threads()}t-torch{torch.__version__}")
+            key = "".join(c if c.isalnum() or c in "-._" else "_" for c in key)
+            with self._lock:
+                curve = latency_curve(self.model, cache_dir() / "latency" / f"{key}.json")
+            self._budget = DraftBudget(curve, self.config.num_draft)
+        return self._budget
 
     # ---- the loop -------------------------------------------------------------------
     def _build_trie(self, ids: list[int], docs: list[list[int]] | None,
@@ -198,9 +222,14 @@ class SpeculativeGenerator:
 
     @torch.inference_mode()
     def _steps(self, ids: list[int], docs: list[list[int]] | None, max_new_tokens: int,
-               params: SamplingParams, seed: int | None, num_draft: int,
-               method: str) -> Iterator[tuple[list[int], FinishReason | None, GenerationStats]]:
-        """Yields ``(new tokens, finish reason or None, stats)`` after every step."""
+               params: SamplingParams, seed: int | None, num_draft: int, method: str,
+               budget: DraftBudget | None,
+               ) -> Iterator[tuple[list[int], FinishReason | None, GenerationStats]]:
+        """Yields ``(new tokens, finish reason or None, stats)`` after every step.
+
+        With a ``budget``, ``num_draft`` ranked candidates are drafted, the budget picks
+        how many of them to verify, and the step's outcome updates the budget.
+        """
         model, device = self.model, self.model.device
         stats = GenerationStats(method=method)
         propose = PROPOSERS[method]
@@ -228,8 +257,15 @@ class SpeculativeGenerator:
             past = len(history) - 1
             t0 = time.perf_counter()
             tree = propose(trie, history[-lp:], num_draft, limit - produced - 1)
+            candidates = tree
+            if budget is not None and len(tree):
+                tree = candidates.top(budget.choose())
             tokens, finish = self._verify(tree, history[-1], past, params, gen, cache, stats,
                                           t0)
+            if budget is not None:
+                budget.record_latency(1 + len(tree), stats.last_forward_s)
+                if len(candidates):
+                    budget.observe(candidates.path_ranks(tokens), len(tokens))
             produced += len(tokens)
             history.extend(tokens)
             trie.extend(tokens)
@@ -247,10 +283,12 @@ class SpeculativeGenerator:
             pos, mask = tree_inputs(tree, past, device, self.model.dtype, self.sliding_window)
         else:
             pos, mask = torch.tensor([[past]], device=device), None
-        stats.draft_s += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        stats.draft_s += t1 - t0
         out = self.model(input_ids=input_ids, position_ids=pos, attention_mask=mask,
                          past_key_values=cache, use_cache=True)
-        tokens, path = accept(tree, out.logits[0], params, gen)
+        tokens, path = accept(tree, out.logits[0], params, gen)  # syncs with the device
+        stats.last_forward_s = time.perf_counter() - t1
         if len(tree):
             compact(cache, past, [0, *path])
         stats.steps += 1

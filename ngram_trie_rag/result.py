@@ -24,6 +24,7 @@ class GenerationStats:
     draft_source: str = "prompt"  # "documents" or "prompt"
     num_documents: int = 0
     method: str = "trie"
+    last_forward_s: float = 0.0  # the latest verification forward (for the budget)
 
     @property
     def mean_accept_length(self) -> float:

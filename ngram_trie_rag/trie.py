@@ -231,15 +231,11 @@ class NGramTrie:
 
 
 def _keep_top(tree: DraftTree, num_draft: int) -> DraftTree:
-    """Keep the ``num_draft`` most frequent nodes; the result stays in pre-order."""
-    if len(tree) <= num_draft:
-        return tree
+    """Rank every node, keep the ``num_draft`` best; the result stays in pre-order."""
     recent = tree.recency if tree.recency is not None else np.zeros(len(tree), np.int64)
-    rank = np.lexsort((-recent, tree.depths, -tree.frequencies))  # last key is primary
-    keep = np.sort(rank[:num_draft])
-    remap = np.full(len(tree), -1, dtype=np.int64)
-    remap[keep] = np.arange(keep.size)
-    parents = tree.parents[keep]
-    parents = np.where(parents >= 0, remap[np.maximum(parents, 0)], -1)
-    return DraftTree(tree.tokens[keep], parents, tree.depths[keep],
-                     tree.frequencies[keep], tree.match_len)
+    order = np.lexsort((-recent, tree.depths, -tree.frequencies))  # last key is primary
+    rank = np.empty(len(tree), dtype=np.int64)
+    rank[order] = np.arange(len(tree))
+    ranked = DraftTree(tree.tokens, tree.parents, tree.depths, tree.frequencies,
+                       tree.match_len, recent, rank)
+    return ranked.top(num_draft)
