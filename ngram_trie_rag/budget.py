@@ -7,7 +7,8 @@ depends on the hardware and on how often drafts are right:
 
     K* = argmax_K  AL(K) / t(1 + K)       AL(K): expected tokens per step with top-K
 
-``t`` is measured once per (model, dtype, device, threads) and cached on disk.
+``t`` is measured once per (model, dtype, device, threads) in a process and refined
+from the real steps' timings.
 ``AL(K)`` is learned online, for every K at once: greedy verification reveals the
 model's token after each accepted node, so after a step we know how far the
 top-K subtree of the ranked candidates would have matched, for any K (a lower bound

@@ -84,13 +84,14 @@ class DraftTree:
     def children(self) -> list[dict[int, int]]:
         """``children()[i + 1]`` maps token -> node index for node i; entry 0 is the root."""
         out: list[dict[int, int]] = [{} for _ in range(len(self) + 1)]
-        for i, (tok, par) in enumerate(zip(self.tokens.tolist(), self.parents.tolist())):
+        pairs = zip(self.tokens.tolist(), self.parents.tolist(), strict=True)
+        for i, (tok, par) in enumerate(pairs):
             out[par + 1].setdefault(tok, i)
         return out
 
     def paths(self) -> list[tuple[int, ...]]:
         """Every node's token path from the top (for tests and debugging)."""
         out: list[tuple[int, ...]] = []
-        for tok, par in zip(self.tokens.tolist(), self.parents.tolist()):
+        for tok, par in zip(self.tokens.tolist(), self.parents.tolist(), strict=True):
             out.append((out[par] if par >= 0 else ()) + (tok,))
         return out

@@ -35,6 +35,7 @@ from .tree_attention import tree_inputs
 from .trie import NGramTrie
 
 Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
+_LATENCY_CURVES: dict[tuple, dict[int, float]] = {}  # per process, see _draft_budget
 Document = str | Sequence[int]
 
 
@@ -135,7 +136,8 @@ class SpeculativeGenerator:
                 raise ValueError(f"document {i} is empty or whitespace")
             if not isinstance(d, str) and len(d) == 0:
                 raise ValueError(f"document {i} has no tokens")
-        encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+                       if texts else [])
         return [list(next(encoded)) if isinstance(d, str) else list(d) for d in documents]
 
     # ---- public API -----------------------------------------------------------------
@@ -188,24 +190,28 @@ class SpeculativeGenerator:
         return GenerationStream(self, ids, steps, text)
 
     def _draft_budget(self) -> DraftBudget:
-        """The adaptive budget, with this model's latency curve (measured once, cached)."""
-        if self._budget is None:
-            from .loading import cache_dir
+        """The adaptive budget, with this model's latency curve.
 
-            dev = self.model.device
-            key = (f"{self.model_name}-{self.model.config.model_type}-"
-                   f"{self.model.config.num_hidden_layers}x{self.model.config.hidden_size}-"
-                   f"{str(self.model.dtype).removeprefix('torch.')}-{dev.type}-"
-                   f"{torch.get_num_threads()}t-torch{torch.__version__}")
-            key = "".join(c if c.isalnum() or c in "-._" else "_" for c in key)
+        The curve is measured once per process for each (model, dtype, device, threads)
+        -- about a second -- and refined online from real steps. It is not persisted:
+        a curve measured on a busy machine must not outlive that moment.
+        """
+        if self._budget is None:
+            cfg, dev = self.model.config, self.model.device
+            key = (id(self.model), str(self.model.dtype), str(dev), torch.get_num_threads(),
+                   cfg.num_hidden_layers, cfg.hidden_size)
             with self._lock:
-                curve = latency_curve(self.model, cache_dir() / "latency" / f"{key}.json")
-            self._budget = DraftBudget(curve, self.config.num_draft)
+                if key not in _LATENCY_CURVES:
+                    _LATENCY_CURVES[key] = latency_curve(self.model)
+            self._budget = DraftBudget(dict(_LATENCY_CURVES[key]), self.config.num_draft)
         return self._budget
 
     # ---- the loop -------------------------------------------------------------------
-    def _build_trie(self, ids: list[int], docs: list[list[int]] | None,
-                    stats: GenerationStats) -> NGramTrie:
+    def build_trie(self, ids: list[int], docs: list[list[int]] | None,
+                   stats: GenerationStats | None = None) -> NGramTrie:
+        """The trie a call drafts from: the documents (each its own document) plus an
+        empty answer document, or the prompt continued by the answer."""
+        stats = stats if stats is not None else GenerationStats()
         start = time.perf_counter()
         cfg = self.config
         trie = NGramTrie(cfg.n, cfg.prefix_len, cfg.max_trie_tokens)
@@ -238,7 +244,7 @@ class SpeculativeGenerator:
             gen = torch.Generator(device=device)
             gen.manual_seed(seed if seed is not None else torch.seed())
         limit = min(max_new_tokens, self.context_window - len(ids))
-        trie = self._build_trie(ids, docs, stats)
+        trie = self.build_trie(ids, docs, stats)
         lp = self.config.prefix_len
 
         start = time.perf_counter()
@@ -266,6 +272,7 @@ class SpeculativeGenerator:
                 budget.record_latency(1 + len(tree), stats.last_forward_s)
                 if len(candidates):
                     budget.observe(candidates.path_ranks(tokens), len(tokens))
+            tokens = tokens[: limit - produced]  # a drafter may overshoot; never emit past it
             produced += len(tokens)
             history.extend(tokens)
             trie.extend(tokens)

@@ -82,6 +82,15 @@ def default_model_dir() -> Path:
     return _convert_gguf(gguf.parent, gguf.name, target)
 
 
+def converted_gguf_dir(gguf: Path) -> Path:
+    """A GGUF file as a plain HF folder in the cache (dequantised once, ~15 s)."""
+    stat = gguf.stat()
+    target = cache_dir() / "converted" / f"{gguf.stem}-{stat.st_size}"
+    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
+        return target
+    return _convert_gguf(gguf.parent, gguf.name, target)
+
+
 def _convert_gguf(folder: Path, gguf_file: str, target: Path) -> Path:
     """Dequantise a GGUF once and save it as safetensors; atomic via rename."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -118,7 +127,8 @@ def load_model(
 ):
     """Load ``(model, tokenizer)`` from a local folder, or the packaged default.
 
-    ``path`` is a local Hugging Face model folder (or a folder holding ``gguf_file``).
+    ``path`` is a local Hugging Face model folder, a ``.gguf`` file (converted once into
+    the cache), or a folder holding ``gguf_file``.
     Device: CUDA when available, else CPU. Dtype: fp32 on CPU unless asked.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -135,7 +145,7 @@ def load_model(
                 "model folder (nothing is downloaded), or no path for the packaged default"
             )
         if gguf_file is None and folder.is_file() and folder.suffix == ".gguf":
-            folder, gguf_file = folder.parent, folder.name
+            folder = converted_gguf_dir(folder)
         if gguf_file is None and not (folder / "config.json").is_file():
             raise ModelNotFoundError(f"no config.json in {str(folder)!r}: not a model folder")
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}

@@ -22,26 +22,34 @@ from .proposers import Proposer
 from .trie import NGramTrie
 
 
-def oracle_accept_length(prompt: Sequence[int], answer: Sequence[int]) -> float:
-    """Mean tokens per step of the best context-copying drafter (bonus token included)."""
+def oracle_accept_lengths(prompt: Sequence[int], answer: Sequence[int]) -> list[int]:
+    """Per-step accept lengths of the best context-copying drafter (bonus included).
+
+    Counted like the generator: the first answer token comes from prefill, so steps
+    start at the second token.
+    """
     seq = np.asarray(list(prompt) + list(answer), dtype=np.int64)
     p, total = len(prompt), len(answer)
-    t, steps = 0, 0
+    t, out = 1, []
     while t < total:
         # Committed: seq[: p + t]; the next token to verify is answer[t].
         end = p + t
-        last = seq[end - 1]
-        occ = np.flatnonzero(seq[: end - 1] == last)
+        occ = np.flatnonzero(seq[: end - 1] == seq[end - 1])
+        room = total - t - 1  # draft tokens that can still be verified before the end
         best = 0
-        remaining = total - t
         for j in occ.tolist():
-            src = seq[j + 1 : min(j + 1 + remaining - 1, end)]  # copy only what exists
-            tgt = seq[end : end + src.size]
-            agree = int(np.cumprod(src == tgt).sum()) if src.size else 0
-            best = max(best, agree)
+            src = seq[j + 1 : min(j + 1 + room, end)]  # copy only what is committed
+            if src.size:
+                best = max(best, int(np.cumprod(src == seq[end : end + src.size]).sum()))
+        out.append(best + 1)
         t += best + 1
-        steps += 1
-    return total / steps if steps else 0.0
+    return out
+
+
+def oracle_accept_length(prompt: Sequence[int], answer: Sequence[int]) -> float:
+    """Mean tokens per step of the best context-copying drafter (0.0: nothing to verify)."""
+    steps = oracle_accept_lengths(prompt, answer)
+    return sum(steps) / len(steps) if steps else 0.0
 
 
 def replay_accept_lengths(
@@ -51,17 +59,20 @@ def replay_accept_lengths(
     answer: Sequence[int],
     num_draft: int,
     prefix_len: int,
+    max_new_tokens: int | None = None,
 ) -> list[int]:
     """Accept length of every step a proposer would take to produce ``answer``.
 
     ``trie`` holds the draft sources; the answer is appended as it is "generated",
     exactly as the generator does. The first token comes from prefill (not a step).
+    Draft depth is capped like the generator's: ``max_new_tokens - produced - 1``.
     """
+    limit = max_new_tokens if max_new_tokens is not None else len(answer)
     history = list(prompt) + [answer[0]]
     trie.extend([answer[0]])
     t, out = 1, []
     while t < len(answer):
-        tree = propose(trie, history[-prefix_len:], num_draft, len(answer) - t - 1)
+        tree = propose(trie, history[-prefix_len:], num_draft, limit - t - 1)
         # Walk the tree along the true continuation.
         children = tree.children()
         row, accepted = 0, 0

@@ -17,12 +17,14 @@ from .trie import SEP, NGramTrie
 Proposer = Callable[[NGramTrie, Sequence[int], int, int], DraftTree]
 
 
-def propose_tree(trie: NGramTrie, tail: Sequence[int], num_draft: int, max_depth: int) -> DraftTree:
+def propose_tree(trie: NGramTrie, tail: Sequence[int], num_draft: int,
+                 max_depth: int) -> DraftTree:
     """The paper's draft: the ``num_draft`` most frequent nodes below the match."""
     return trie.draft(tail, num_draft, max_depth)
 
 
-def propose_chain(trie: NGramTrie, tail: Sequence[int], num_draft: int, max_depth: int) -> DraftTree:
+def propose_chain(trie: NGramTrie, tail: Sequence[int], num_draft: int,
+                  max_depth: int) -> DraftTree:
     """Prompt-lookup style: copy what followed the most recent longest match.
 
     Example: context ``a b c d a b`` with tail ``a b`` drafts ``c d a b``
@@ -40,9 +42,14 @@ def propose_chain(trie: NGramTrie, tail: Sequence[int], num_draft: int, max_dept
     return DraftTree.chain(cont, match_len=k)
 
 
-def propose_none(trie: NGramTrie, tail: Sequence[int], num_draft: int, max_depth: int) -> DraftTree:
+def propose_none(trie: NGramTrie, tail: Sequence[int], num_draft: int,
+                 max_depth: int) -> DraftTree:
     """No speculation: every step is a plain decode step."""
     return DraftTree.empty()
 
 
-PROPOSERS: dict[str, Proposer] = {"trie": propose_tree, "chain": propose_chain, "none": propose_none}
+PROPOSERS: dict[str, Proposer] = {
+    "trie": propose_tree,
+    "chain": propose_chain,
+    "none": propose_none,
+}

@@ -56,7 +56,7 @@ def test_draft_longest_prefix_and_pruning(fig1: NGramTrie) -> None:
 def test_draft_backs_off_to_shorter_prefix(fig1: NGramTrie) -> None:
     tree = fig1.draft([5, 9, 3], num_draft=10)  # "5 9 3", "9 3" absent; "3" present
     assert tree.match_len == 1
-    assert dict(zip(tree.paths(), tree.frequencies.tolist())) == {
+    assert dict(zip(tree.paths(), tree.frequencies.tolist(), strict=True)) == {
         (4,): 3, (4, 5): 3, (4, 5, 6): 3, (4, 5, 6, 7): 2}
 
 
@@ -166,7 +166,7 @@ def test_property_equals_literal_algorithm(docs: list[list[int]], n: int, data) 
     if k:
         key = tuple(tail[-k:])
         below = {p[k:]: f for p, f in ref.items() if p[:k] == key and len(p) > k}
-        assert dict(zip(tree.paths(), tree.frequencies.tolist())) == below
+        assert dict(zip(tree.paths(), tree.frequencies.tolist(), strict=True)) == below
     budget = data.draw(st.integers(1, 6))
     pruned = trie.draft(tail, num_draft=budget)
     assert len(pruned) <= budget

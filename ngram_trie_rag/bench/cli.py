@@ -1,0 +1,166 @@
+"""``bench`` and ``sweep`` subcommands: flags -> config -> run -> JSON, table, charts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..loading import ModelNotFoundError
+from .config import METHODS, BenchConfig, SweepConfig
+from .data import EXPECTED_SHAPES, DataFormatError
+from .plots import write_plots
+from .report import bench_table, sweep_tables, write_json
+from .runner import run_benchmark
+from .sweep import run_sweep
+
+# Mistakes in what the user passed: reported in one line, exit code 2, no traceback.
+INPUT_ERRORS = (DataFormatError, FileNotFoundError, ModelNotFoundError)
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """``"8,16,32"`` -> ``(8, 16, 32)``, for the sweep's axes."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, metavar="FILE.jsonl",
+                   help="JSONL (or .jsonl.gz) rows, one of: " + "; ".join(EXPECTED_SHAPES))
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="use the first N rows")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
+                   help="new tokens per answer, at most (default: %(default)s)")
+    p.add_argument("--model", default=None, metavar="PATH",
+                   help="local Hugging Face model folder (default: the packaged SmolLM2-135M)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="(default: %(default)s; fp32 is what greedy exactness is checked in)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch.set_num_threads for every method (default: torch's choice)")
+    p.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="unrecorded warm-up rounds, one short generation per method each "
+                        "(default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``bench`` and ``sweep`` on an ``add_subparsers()`` object."""
+    bench = subparsers.add_parser(
+        "bench", help="compare decoding methods: speed, accept length, exactness",
+        description="Run every method on every prompt (interleaved, greedy, same model) "
+                    "and report tokens/s, speed-up vs vanilla greedy, accept lengths, "
+                    "share of the oracle ceiling and exact-match rate.")
+    _model_flags(bench)
+    bench.add_argument("--methods", default=",".join(METHODS), metavar="LIST",
+                       help=f"comma-separated subset of {','.join(METHODS)} "
+                            "(vanilla always runs: it is the reference)")
+    bench.add_argument("--n", type=int, default=13, metavar="N",
+                       help="trie window n (default: %(default)s)")
+    bench.add_argument("--prefix-len", type=int, default=3, metavar="L",
+                       help="trie prefix length L_p (default: %(default)s)")
+    bench.add_argument("--num-draft", type=int, default=None, metavar="K",
+                       help="pin the draft budget to K nodes per step (default: the "
+                            "generator's own setting)")
+    bench.add_argument("--pld-num-tokens", type=int, default=10, metavar="N",
+                       help="hf-pld prompt_lookup_num_tokens (default: %(default)s)")
+    bench.add_argument("--pld-max-ngram", type=int, default=3, metavar="N",
+                       help="hf-pld max_matching_ngram_size (default: %(default)s)")
+    bench.add_argument("--out", required=True, metavar="results.json")
+    bench.add_argument("--plot", default=None, metavar="DIR", help="also write PNG charts here")
+    bench.set_defaults(func=cmd_bench)
+
+    sweep = subparsers.add_parser(
+        "sweep", help="tree drafter over an n x L_p x num_draft grid",
+        description="Vanilla greedy once per prompt, then the tree drafter per cell: an "
+                    "n x L_p grid at --fixed-num-draft and a num_draft row at "
+                    "(--fixed-n, --fixed-prefix-len). --replay derives accept lengths from "
+                    "vanilla's answers without running the model per cell.")
+    _model_flags(sweep)
+    sweep.add_argument("--n", type=int_list, default=(8, 10, 13, 16), metavar="LIST",
+                       help="window sizes n, comma-separated (default: 8,10,13,16)")
+    sweep.add_argument("--prefix-len", type=int_list, default=(2, 3, 4, 5), metavar="LIST",
+                       help="prefix lengths L_p, comma-separated (default: 2,3,4,5)")
+    sweep.add_argument("--num-draft", type=int_list, default=(8, 16, 32, 64, 128, 256),
+                       metavar="LIST",
+                       help="draft budgets, comma-separated (default: 8,16,32,64,128,256)")
+    sweep.add_argument("--fixed-n", type=int, default=13, metavar="N",
+                       help="n of the num_draft row (default: %(default)s)")
+    sweep.add_argument("--fixed-prefix-len", type=int, default=3, metavar="L",
+                       help="L_p of the num_draft row (default: %(default)s)")
+    sweep.add_argument("--fixed-num-draft", type=int, default=8, metavar="K",
+                       help="num_draft of the n x L_p grid (default: %(default)s)")
+    sweep.add_argument("--replay", action="store_true",
+                       help="accept lengths only, replayed against vanilla's answers")
+    sweep.add_argument("--out", required=True, metavar="sweep.json")
+    sweep.set_defaults(func=cmd_sweep)
+
+
+def _common(args: argparse.Namespace) -> dict:
+    return {"data": args.data, "limit": args.limit, "max_new_tokens": args.max_new_tokens,
+            "model": args.model, "dtype": args.dtype, "device": args.device,
+            "threads": args.threads, "warmup": args.warmup}
+
+
+def bench_config(args: argparse.Namespace) -> BenchConfig:
+    """Parsed ``bench`` flags -> :class:`BenchConfig`."""
+    return BenchConfig(**_common(args), methods=args.methods, n=args.n,
+                       prefix_len=args.prefix_len, num_draft=args.num_draft,
+                       pld_num_tokens=args.pld_num_tokens, pld_max_ngram=args.pld_max_ngram)
+
+
+def sweep_config(args: argparse.Namespace) -> SweepConfig:
+    """Parsed ``sweep`` flags -> :class:`SweepConfig`."""
+    return SweepConfig(**_common(args), ns=args.n, prefix_lens=args.prefix_len,
+                       num_drafts=args.num_draft, fixed_n=args.fixed_n,
+                       fixed_prefix_len=args.fixed_prefix_len,
+                       fixed_num_draft=args.fixed_num_draft, replay=args.replay)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        cfg = bench_config(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        results = run_benchmark(cfg, progress=not args.no_progress)
+    except INPUT_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    path = write_json(results, args.out)
+    print(bench_table(results))
+    print(f"results: {path}")
+    if args.plot:
+        for png in write_plots(results, args.plot):
+            print(f"chart: {png}")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    try:
+        cfg = sweep_config(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        doc = run_sweep(cfg, progress=not args.no_progress)
+    except INPUT_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    path = write_json(doc, args.out)
+    print(sweep_tables(doc))
+    print(f"results: {path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry (``python -m ngram_trie_rag.bench``), same flags as the main CLI."""
+    parser = argparse.ArgumentParser(prog="ngram-trie-rag")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)

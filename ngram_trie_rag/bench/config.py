@@ -1,0 +1,106 @@
+"""What a benchmark or sweep run is asked to do, as plain dataclasses (CLI and Python)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Every method the harness knows. ``vanilla`` is the reference for speed and exactness.
+METHODS = ("vanilla", "hf-pld", "chain", "trie")
+REFERENCE = "vanilla"
+
+
+@dataclass
+class RunConfig:
+    """What every run shares: the data, the answer length, and one model for all methods."""
+
+    data: str = ""
+    limit: int | None = None  # the first N rows
+    max_new_tokens: int = 128
+    model: str | None = None  # local HF folder; None = the packaged default
+    dtype: str = "float32"  # fp32 by default: greedy exactness needs it on CPU
+    device: str | None = None  # None = CUDA when available, else CPU
+    threads: int | None = None  # torch.set_num_threads; None leaves torch's default
+    warmup: int = 1  # warm-up rounds (one short generation per method each), not recorded
+    command: str | None = None  # the command line, for the record; None = sys.argv
+
+    def __post_init__(self) -> None:
+        if not self.data:
+            raise ValueError("data (a JSONL file) is required")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1, got {self.limit}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        _check_positive(max_new_tokens=self.max_new_tokens)
+
+
+@dataclass
+class BenchConfig(RunConfig):
+    """A Spec-Bench style comparison of decoding methods over one data file."""
+
+    methods: tuple[str, ...] = METHODS
+    n: int = 13
+    prefix_len: int = 3
+    num_draft: int | None = None  # pinned per call; None = the generator's own policy
+    pld_num_tokens: int = 10  # prompt_lookup_num_tokens of hf-pld
+    pld_max_ngram: int = 3  # max_matching_ngram_size of hf-pld
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.methods = normalise_methods(self.methods)
+        _check_positive(pld_num_tokens=self.pld_num_tokens, pld_max_ngram=self.pld_max_ngram)
+        if self.num_draft is not None:
+            _check_positive(num_draft=self.num_draft)
+        if self.n <= self.prefix_len or self.prefix_len < 1:
+            raise ValueError(f"need n > prefix_len >= 1, got n={self.n}, "
+                             f"prefix_len={self.prefix_len}")
+
+
+@dataclass
+class SweepConfig(RunConfig):
+    """The paper's hyper-parameter table: an n x L_p grid at a fixed num_draft, and a
+    num_draft row at a fixed (n, L_p); ``replay`` derives accept lengths without the model."""
+
+    ns: tuple[int, ...] = (8, 10, 13, 16)
+    prefix_lens: tuple[int, ...] = (2, 3, 4, 5)
+    num_drafts: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
+    fixed_n: int = 13  # n of the num_draft row
+    fixed_prefix_len: int = 3  # L_p of the num_draft row
+    fixed_num_draft: int = 8  # num_draft of the n x L_p grid
+    replay: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_positive(fixed_n=self.fixed_n, fixed_prefix_len=self.fixed_prefix_len,
+                        fixed_num_draft=self.fixed_num_draft)
+        for name in ("ns", "prefix_lens", "num_drafts"):
+            values = tuple(int(v) for v in getattr(self, name))
+            if not values or min(values) < 1:
+                raise ValueError(f"{name} must be a non-empty list of positive integers")
+            setattr(self, name, values)
+        if not self.cells():
+            raise ValueError("no valid cell: every n must exceed its prefix length L_p")
+
+    def cells(self) -> list[tuple[int, int, int]]:
+        """(n, L_p, num_draft) to run: the grid, then the row; invalid pairs (n <= L_p)
+        are skipped, duplicates run once."""
+        grid = [(n, lp, self.fixed_num_draft) for n in self.ns for lp in self.prefix_lens]
+        row = [(self.fixed_n, self.fixed_prefix_len, k) for k in self.num_drafts]
+        return list(dict.fromkeys(c for c in grid + row if c[0] > c[1]))
+
+
+def normalise_methods(methods: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Validate, dedupe, and put the reference first (speed-ups and exactness need it)."""
+    names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods)
+    names = [m for m in names if m]
+    unknown = [m for m in names if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
+    return tuple(dict.fromkeys([REFERENCE, *names]))
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")

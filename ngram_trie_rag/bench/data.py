@@ -1,0 +1,152 @@
+"""Benchmark rows: read JSONL files of several public shapes into one prompt form.
+
+Each row becomes a :class:`BenchItem`: the user message sent through the chat
+template, and the texts the drafter copies from. Two kinds of rows exist:
+
+- Spec-Bench (``turns[0]``): the prompt already holds everything, so the prompt itself
+  is the draft source (``documents`` is ``None``).
+- Context QA (``context`` + ``question``, ``docs`` + ``query``, ``ctxs`` + ``question``):
+  the documents are the draft source, kept separate from the prompt, and the prompt is
+  built from them with :data:`PROMPT_TEMPLATE`. Context QA fields win over ``turns``
+  when a row has both, so that drafting uses the documents.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROMPT_HEADER = "Answer the question using the documents."
+PROMPT_TEMPLATE = "{header}\n\n{documents}\n\nQuestion: {question}"
+DOCUMENT_TEMPLATE = "Document [{index}]: {text}"
+
+EXPECTED_SHAPES = (
+    "'turns' (Spec-Bench: turns[0] is the whole prompt)",
+    "'context' (str, passages split on blank lines) + 'question'",
+    "'docs' (list of str) + 'query'",
+    "'ctxs' (list of {'title', 'text'}) + 'question'",
+)
+
+
+class DataFormatError(ValueError):
+    """A row (or file) that matches none of the supported shapes."""
+
+
+@dataclass(frozen=True)
+class BenchItem:
+    """One prompt of a benchmark, independent of the file shape it came from."""
+
+    id: str
+    text: str  # the user message
+    documents: list[str] | None  # draft sources; None drafts from the prompt itself
+    shape: str  # "spec_bench", "context", "docs" or "ctxs"
+
+
+def build_prompt(documents: list[str], question: str) -> str:
+    """The context-QA prompt: numbered documents, then the question."""
+    body = "\n\n".join(
+        DOCUMENT_TEMPLATE.format(index=i, text=d) for i, d in enumerate(documents, start=1)
+    )
+    return PROMPT_TEMPLATE.format(header=PROMPT_HEADER, documents=body, question=question.strip())
+
+
+def split_context(context: str) -> list[str]:
+    """A ``context`` string holds passages separated by blank lines (as in HAGRID)."""
+    return [p.strip() for p in context.split("\n\n") if p.strip()]
+
+
+def parse_row(row: Any, where: str = "row", index: int = 0) -> BenchItem:
+    """One decoded JSON row -> :class:`BenchItem`; raises :class:`DataFormatError`.
+
+    The id is the row's ``question_id`` or ``id``, else its position in the file."""
+    if not isinstance(row, dict):
+        raise DataFormatError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    rid = str(row.get("question_id", row.get("id", index)))
+    if "context" in row and "question" in row:
+        docs = split_context(_text(row, "context", where))
+        return _qa_item(rid, docs, _text(row, "question", where), "context", where)
+    if "docs" in row and "query" in row:
+        docs = [_as_text(d, f"{where}: docs[{i}]") for i, d in enumerate(_list(row, "docs", where))]
+        return _qa_item(rid, docs, _text(row, "query", where), "docs", where)
+    if "ctxs" in row and "question" in row:
+        ctxs = _list(row, "ctxs", where)
+        docs = [_ctx_text(c, f"{where}: ctxs[{i}]") for i, c in enumerate(ctxs)]
+        return _qa_item(rid, docs, _text(row, "question", where), "ctxs", where)
+    if "turns" in row:
+        turns = _list(row, "turns", where)
+        if not turns:
+            raise DataFormatError(f"{where}: 'turns' is empty")
+        text = _as_text(turns[0], f"{where}: turns[0]")
+        return BenchItem(rid, text, None, "spec_bench")
+    raise DataFormatError(
+        f"{where}: unknown row shape with keys {sorted(row)}; expected one of: "
+        + "; ".join(EXPECTED_SHAPES)
+    )
+
+
+def load_items(path: str | Path, limit: int | None = None) -> list[BenchItem]:
+    """The first ``limit`` rows of a JSONL file (``.jsonl`` or ``.jsonl.gz``)."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    items = []
+    for where, row in _rows(Path(path)):
+        items.append(parse_row(row, where, index=len(items)))
+        if limit is not None and len(items) >= limit:
+            break
+    if not items:
+        raise DataFormatError(f"{path}: no rows")
+    return items
+
+
+def _rows(path: Path) -> Iterator[tuple[str, Any]]:
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {str(path)!r} does not exist")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path.name} line {number}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataFormatError(f"{where}: not valid JSON ({e.msg})") from e
+
+
+def _qa_item(rid: str, docs: list[str], question: str, shape: str, where: str) -> BenchItem:
+    docs = [d for d in docs if d.strip()]
+    if not docs:
+        raise DataFormatError(f"{where}: no non-empty documents")
+    return BenchItem(rid, build_prompt(docs, question), docs, shape)
+
+
+def _text(row: dict, key: str, where: str) -> str:
+    return _as_text(row[key], f"{where}: {key!r}")
+
+
+def _as_text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise DataFormatError(f"{where} must be a non-empty string")
+    return value
+
+
+def _list(row: dict, key: str, where: str) -> list:
+    value = row[key]
+    if not isinstance(value, list):
+        raise DataFormatError(f"{where}: {key!r} must be a list, got {type(value).__name__}")
+    return value
+
+
+def _ctx_text(ctx: Any, where: str) -> str:
+    """A retrieved passage: ``{'title', 'text'}`` -> "title\\ntext" (or a plain string)."""
+    if isinstance(ctx, str):
+        return _as_text(ctx, where)
+    if not isinstance(ctx, dict) or "text" not in ctx:
+        raise DataFormatError(f"{where} must be a string or an object with 'text'")
+    text = _as_text(ctx["text"], f"{where}.text")
+    title = ctx.get("title")
+    return f"{title}\n{text}" if isinstance(title, str) and title.strip() else text

@@ -1,0 +1,181 @@
+"""One timed generation per method, all returning the same :class:`Run` record.
+
+Timing: ``total_s`` is wall time around the whole call. Prefill is split off so that a
+decode-only rate exists for every method:
+
+- ``chain`` / ``trie``: the generator's own ``stats.prefill_s`` (its first forward).
+- ``vanilla`` / ``hf-pld``: ``generate`` does not expose its prefill, so the caller
+  measures one separate ``model(input_ids)`` forward per prompt (:func:`measure_prefill`)
+  and passes it in; ``decode_s = total_s - prefill_s``.
+
+Accept lengths (tokens committed per verification forward, bonus token included; the
+first forward, the prefill, is not a step):
+
+- ``vanilla``: one token per forward by construction.
+- ``hf-pld``: read from the tokens ``generate`` hands its streamer after every forward.
+  Its first forward processes the prompt and may already verify a draft; that forward is
+  counted as prefill, like the generator's, and its tokens are left out of the steps.
+- ``chain`` / ``trie``: the generator's ``stats.accept_lengths``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+from transformers import DynamicCache
+from transformers.generation.streamers import BaseStreamer
+
+from ..generator import SpeculativeGenerator
+
+
+@dataclass
+class Run:
+    """One method on one prompt."""
+
+    token_ids: list[int]  # new tokens, EOS included when it ended the answer
+    total_s: float
+    prefill_s: float
+    accept_lengths: list[int] | None  # None when they could not be counted
+    draft_s: float | None = None  # drafting time inside decode (our methods only)
+    core_decode_s: float | None = None  # the generator's own decode_s (for the draft share)
+    trie_build_s: float | None = None
+    drafted: int | None = None  # draft nodes verified, summed over steps
+    exact: bool | None = None  # token-exact vs the reference; set by the runner
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def decode_s(self) -> float:
+        return self.total_s - self.prefill_s
+
+    def to_dict(self) -> dict:
+        """The per-prompt JSON record (token ids stay out; the reference's are stored once)."""
+        out = asdict(self)
+        del out["token_ids"]
+        out.update(new_tokens=self.new_tokens, decode_s=self.decode_s,
+                   steps=len(self.accept_lengths) if self.accept_lengths is not None else None)
+        return out
+
+
+# (prompt ids, documents or None, max_new_tokens, measured prefill for HF methods) -> Run
+Runner = Callable[[list[int], "list[str] | None", int, float], Run]
+
+
+def synchronize(model: torch.nn.Module) -> None:
+    """Wait for queued GPU work so that wall-clock timings mean something."""
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)
+
+
+@torch.inference_mode()
+def measure_prefill(gen: SpeculativeGenerator, prompt_ids: list[int]) -> float:
+    """Seconds of one prompt forward, as ``generate`` runs it (cache on, last logits only)."""
+    model = gen.model
+    ids = torch.tensor([prompt_ids], device=model.device)
+    synchronize(model)
+    start = time.perf_counter()
+    out = model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+    out.logits[0, -1].argmax().item()
+    synchronize(model)
+    return time.perf_counter() - start
+
+
+class _StepTokens(BaseStreamer):
+    """Records how many tokens ``generate`` commits per forward (the first put is the prompt)."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.sizes.append(int(value.numel()))
+
+    def end(self) -> None:
+        pass
+
+
+@torch.inference_mode()
+def _hf_generate(gen: SpeculativeGenerator, prompt_ids: list[int], max_new_tokens: int,
+                 streamer: BaseStreamer | None = None, **kwargs) -> tuple[list[int], float]:
+    model = gen.model
+    ids = torch.tensor([prompt_ids], device=model.device)
+    synchronize(model)
+    start = time.perf_counter()
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                         max_new_tokens=max_new_tokens, streamer=streamer, **kwargs)
+    synchronize(model)
+    total = time.perf_counter() - start
+    return out[0, len(prompt_ids):].tolist(), total
+
+
+def run_vanilla(gen: SpeculativeGenerator, prompt_ids: list[int], max_new_tokens: int,
+                prefill_s: float) -> Run:
+    """Plain greedy ``generate``: the reference output and speed."""
+    tokens, total = _hf_generate(gen, prompt_ids, max_new_tokens)
+    return Run(tokens, total, prefill_s, [1] * max(len(tokens) - 1, 0))
+
+
+def run_hf_pld(gen: SpeculativeGenerator, prompt_ids: list[int], max_new_tokens: int,
+               prefill_s: float, num_tokens: int = 10, max_ngram: int = 3) -> Run:
+    """Hugging Face prompt lookup decoding with the given settings."""
+    steps = _StepTokens()
+    tokens, total = _hf_generate(gen, prompt_ids, max_new_tokens, streamer=steps,
+                                 prompt_lookup_num_tokens=num_tokens,
+                                 max_matching_ngram_size=max_ngram)
+    sizes = steps.sizes
+    counted = len(sizes) >= 1 and sum(sizes) == len(tokens)
+    extra = {"forward_calls": len(sizes), "prefill_forward_tokens": sizes[0] if sizes else 0}
+    return Run(tokens, total, prefill_s, sizes[1:] if counted else None, extra=extra)
+
+
+def run_core(gen: SpeculativeGenerator, prompt_ids: list[int], documents: list[str] | None,
+             max_new_tokens: int, method: str, num_draft: int | None = None) -> Run:
+    """This library's generator; ``num_draft=None`` keeps its own budget policy."""
+    synchronize(gen.model)
+    start = time.perf_counter()
+    res = gen.generate(prompt_ids, documents=documents, max_new_tokens=max_new_tokens,
+                       method=method, num_draft=num_draft)
+    synchronize(gen.model)
+    total = time.perf_counter() - start
+    s = res.stats
+    return Run(list(res.token_ids), total, s.prefill_s, list(s.accept_lengths),
+               draft_s=s.draft_s, core_decode_s=s.decode_s, trie_build_s=s.trie_build_s,
+               drafted=s.drafted, extra={"trie_tokens": s.trie_tokens,
+                                         "draft_source": s.draft_source})
+
+
+def with_draft(gen: SpeculativeGenerator, **changes: int) -> SpeculativeGenerator:
+    """A new generator over the same model and tokenizer (no reload), with its drafting
+    settings changed by ``changes``, and any state it keeps across calls starting fresh."""
+    config = replace(gen.config, **changes)
+    return SpeculativeGenerator(gen.model, gen.tokenizer, config=config, name=gen.model_name)
+
+
+def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int | None,
+                 pld_num_tokens: int, pld_max_ngram: int) -> dict[str, Runner]:
+    """Name -> ``runner(prompt_ids, documents, max_new_tokens, hf_prefill_s) -> Run``.
+
+    ``chain`` and ``trie`` each get their own generator over the shared model, so state
+    a generator keeps across calls (e.g. a learned draft budget) is never shared between
+    methods, as with two separate deployments.
+    """
+    own = {m: with_draft(gen) for m in ("chain", "trie")}
+    known: dict[str, Runner] = {
+        "vanilla": lambda ids, docs, new, pre: run_vanilla(gen, ids, new, pre),
+        "hf-pld": lambda ids, docs, new, pre: run_hf_pld(gen, ids, new, pre, pld_num_tokens,
+                                                         pld_max_ngram),
+        "chain": lambda ids, docs, new, pre: run_core(own["chain"], ids, docs, new, "chain",
+                                                      num_draft),
+        "trie": lambda ids, docs, new, pre: run_core(own["trie"], ids, docs, new, "trie",
+                                                     num_draft),
+    }
+    return {name: known[name] for name in names}

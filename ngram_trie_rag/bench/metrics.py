@@ -1,0 +1,84 @@
+"""Per-method summaries over the same prompts, as ratios of totals (Spec-Bench style).
+
+Definitions (all pooled over prompts, so long answers weigh more, as in Spec-Bench):
+
+- ``tokens_per_s``: total new tokens / total wall time (prefill included).
+- ``decode_tokens_per_s``: tokens made after prefill (new tokens - 1 per prompt, the
+  first comes from the prefill logits) / total decode time.
+- ``speedup`` / ``decode_speedup``: the method's rate / the reference's rate.
+- ``mean_accept_length``: tokens committed / verification forwards, bonus included.
+- ``oracle_share``: mean accept length / pooled oracle accept length (the ceiling a
+  context-copying drafter could reach on the reference answers).
+- ``draft_time_share``: drafting time / decode time (null where it is not measured).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from .methods import Run
+
+
+def ratio(num: float, den: float) -> float | None:
+    """num / den, or None when the denominator is not positive."""
+    return num / den if den > 0 else None
+
+
+def pooled_oracle(oracle: Sequence[float], answer_lengths: Sequence[int]) -> float | None:
+    """Pool per-prompt oracle means as total tokens / total steps (like the methods).
+
+    Steps start after prefill, so a prompt's answer of n tokens has n - 1 verified ones.
+    """
+    steps = sum((n - 1) / o for o, n in zip(oracle, answer_lengths, strict=True) if o > 0)
+    tokens = sum(n - 1 for o, n in zip(oracle, answer_lengths, strict=True) if o > 0)
+    return ratio(tokens, steps)
+
+
+def accept_histogram(runs: Sequence[Run]) -> dict[str, int] | None:
+    """Accept length -> number of steps (keys are strings: JSON object keys)."""
+    if any(r.accept_lengths is None for r in runs):
+        return None
+    counts = Counter(a for r in runs for a in r.accept_lengths or ())
+    return {str(k): counts[k] for k in sorted(counts)}
+
+
+def summarise(runs: Sequence[Run], reference: Sequence[Run],
+              oracle_mean: float | None) -> dict:
+    """One method's row of ``results.json``; ``reference`` holds vanilla's runs."""
+    new = sum(r.new_tokens for r in runs)
+    total = sum(r.total_s for r in runs)
+    decode = sum(r.decode_s for r in runs)
+    decoded = sum(max(r.new_tokens - 1, 0) for r in runs)
+    tps, dtps = ratio(new, total), ratio(decoded, decode)
+    ref_tps = ratio(sum(r.new_tokens for r in reference), sum(r.total_s for r in reference))
+    ref_dtps = ratio(sum(max(r.new_tokens - 1, 0) for r in reference),
+                     sum(r.decode_s for r in reference))
+    counted = all(r.accept_lengths is not None for r in runs)
+    accepted = [a for r in runs for a in r.accept_lengths or ()] if counted else None
+    mal = ratio(sum(accepted), len(accepted)) if accepted else None
+    measured = all(r.draft_s is not None and r.core_decode_s is not None for r in runs)
+    exact = [bool(r.exact) for r in runs]
+    return {
+        "prompts": len(runs),
+        "new_tokens": new,
+        "total_s": total,
+        "prefill_s": sum(r.prefill_s for r in runs),
+        "decode_s": decode,
+        "tokens_per_s": tps,
+        "decode_tokens_per_s": dtps,
+        "speedup": ratio(tps, ref_tps) if tps is not None and ref_tps else None,
+        "decode_speedup": ratio(dtps, ref_dtps) if dtps is not None and ref_dtps else None,
+        "steps": len(accepted) if accepted is not None else None,
+        "mean_accept_length": mal,
+        "accept_length_hist": accept_histogram(runs),
+        "oracle_share": ratio(mal, oracle_mean) if mal is not None and oracle_mean else None,
+        "drafted_per_step": (ratio(sum(r.drafted or 0 for r in runs), len(accepted))
+                             if measured and accepted else None),
+        "draft_time_share": (ratio(sum(r.draft_s or 0.0 for r in runs),
+                                   sum(r.core_decode_s or 0.0 for r in runs))
+                             if measured else None),
+        "trie_build_s": sum(r.trie_build_s or 0.0 for r in runs) if measured else None,
+        "exact_match_rate": ratio(sum(exact), len(exact)),
+        "mismatched_prompts": [i for i, ok in enumerate(exact) if not ok],
+    }

@@ -1,0 +1,110 @@
+"""Terminal tables and the JSON file: how results leave the process."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def write_json(doc: dict, path: str | Path) -> Path:
+    """Write ``doc`` (creating parent folders); NaN/inf are refused, not silently written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    return path
+
+
+def fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    """A number for a table cell; ``-`` for missing values."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:{spec}}{suffix}"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Plain aligned columns: first left-aligned, the rest right-aligned."""
+    cells = [list(header), *[list(r) for r in rows]]
+    widths = [max(len(r[c]) for r in cells) for c in range(len(header))]
+
+    def line(r: Sequence[str]) -> str:
+        return "  ".join(v.ljust(w) if c == 0 else v.rjust(w)
+                         for c, (v, w) in enumerate(zip(r, widths, strict=True)))
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def bench_table(results: dict) -> str:
+    """The benchmark summary: one row per method, then the run's settings."""
+    meta = results["meta"]
+    header = ["method", "tok/s", "decode tok/s", "speedup", "decode speedup", "accept len",
+              "of oracle", "draft time", "exact"]
+    rows = []
+    for name, m in results["methods"].items():
+        rows.append([
+            name, fmt(m["tokens_per_s"], ".1f"), fmt(m["decode_tokens_per_s"], ".1f"),
+            fmt(m["speedup"], ".2f", "x"), fmt(m["decode_speedup"], ".2f", "x"),
+            fmt(m["mean_accept_length"]), fmt(_pct(m["oracle_share"]), ".0f", "%"),
+            fmt(_pct(m["draft_time_share"]), ".1f", "%"),
+            f"{round(m['exact_match_rate'] * m['prompts'])}/{m['prompts']}",
+        ])
+    d = meta["drafter"]
+    footer = (
+        f"oracle accept length {fmt(meta['oracle_accept_length'])} | {meta['rows_used']} prompts "
+        f"of {Path(meta['data']).name}, max_new_tokens {meta['max_new_tokens']} | "
+        f"{meta['model']} {meta['dtype']} on {meta['device']}, {_threads(meta['threads'])} | "
+        f"n={d['n']} L_p={d['prefix_len']} num_draft={_budget(d)}"
+    )
+    return table(header, rows) + "\n" + footer
+
+
+def sweep_tables(doc: dict) -> str:
+    """The n x L_p grid at the fixed num_draft, then the num_draft row at the fixed (n, L_p)."""
+    meta, cells = doc["meta"], doc["cells"]
+    by_key = {(c["n"], c["prefix_len"], c["num_draft"]): c for c in cells}
+    replay = meta["replay"]
+    what = "mean accept length" if replay else "decode speedup / mean accept length"
+    k = meta["fixed_num_draft"]
+    grid = table(
+        ["n \\ L_p", *(str(lp) for lp in meta["prefix_lens"])],
+        [[str(n), *(_cell(by_key.get((n, lp, k)), replay) for lp in meta["prefix_lens"])]
+         for n in meta["ns"]],
+    )
+    n, lp = meta["fixed_n"], meta["fixed_prefix_len"]
+    row = table(
+        ["num_draft", *(str(kk) for kk in meta["num_drafts"])],
+        [[f"n={n} L_p={lp}", *(_cell(by_key.get((n, lp, kk)), replay)
+                              for kk in meta["num_drafts"])]],
+    )
+    ref = doc["reference"]
+    footer = (f"vanilla {fmt(ref['tokens_per_s'], '.1f')} tok/s, decode "
+              f"{fmt(ref['decode_tokens_per_s'], '.1f')} tok/s | oracle accept length "
+              f"{fmt(meta['oracle_accept_length'])} | {meta['rows_used']} prompts, "
+              f"max_new_tokens {meta['max_new_tokens']}")
+    return (f"{what}, num_draft={k}\n{grid}\n\n{what}\n{row}\n{footer}")
+
+
+def _budget(drafter: dict) -> str:
+    """A pinned num_draft, else the generator's own setting (e.g. "32, adaptive")."""
+    if drafter["num_draft"] is not None:
+        return str(drafter["num_draft"])
+    config = drafter.get("generator_config") or {}
+    return f"{config.get('num_draft')}{', adaptive' if config.get('adaptive') else ''} (default)"
+
+
+def _cell(c: dict | None, replay: bool) -> str:
+    if c is None:
+        return "-"
+    if replay:
+        return fmt(c["mean_accept_length"])
+    return f"{fmt(c['decode_speedup'], '.2f', 'x')} / {fmt(c['mean_accept_length'])}"
+
+
+def _pct(share: float | None) -> float | None:
+    return None if share is None else 100.0 * share
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"

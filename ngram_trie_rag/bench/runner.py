@@ -1,0 +1,127 @@
+"""The benchmark loop: every method on every prompt, interleaved, after a warm-up.
+
+For prompt i the methods run in the order rotated by i, so slow drift (thermal, other
+load) hits all methods alike. Per prompt, one separate prompt forward is timed for the
+Hugging Face methods' prefill, and the oracle accept length is computed from the
+reference (vanilla) answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from ..generator import SpeculativeGenerator
+from ..oracle import oracle_accept_length
+from .config import REFERENCE, BenchConfig, RunConfig
+from .data import BenchItem, load_items
+from .meta import command_line, environment
+from .methods import Run, make_runners, measure_prefill, with_draft
+from .metrics import pooled_oracle, summarise
+
+WARMUP_TOKENS = 8
+
+
+def load_generator(cfg: RunConfig, generator: SpeculativeGenerator | None = None,
+                   **draft: int) -> SpeculativeGenerator:
+    """Set the thread count first (it applies to everything after), then load the model,
+    or reuse ``generator``'s model under ``draft``'s hyper-parameters."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if generator is not None:
+        return with_draft(generator, **draft)
+    return SpeculativeGenerator.from_pretrained(cfg.model, device=cfg.device, dtype=cfg.dtype,
+                                                **draft)
+
+
+def encode_item(gen: SpeculativeGenerator, item: BenchItem) -> list[int]:
+    """One user message through the chat template; models without one get the raw text."""
+    if getattr(gen.tokenizer, "chat_template", None):
+        return gen.encode_prompt([{"role": "user", "content": item.text}])
+    return gen.encode_prompt(item.text)
+
+
+def rotated(names: Sequence[str], i: int) -> list[str]:
+    """``names`` starting at position ``i`` (mod len), wrapping around."""
+    k = i % len(names)
+    return [*names[k:], *names[:k]]
+
+
+def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = None,
+                  progress: bool = True) -> dict:
+    """Run ``cfg`` and return the ``results.json`` document.
+
+    ``generator`` reuses an already loaded model (its drafting settings are replaced
+    by ``cfg``'s); otherwise the model is loaded from ``cfg``.
+    """
+    items = load_items(cfg.data, cfg.limit)  # before the model: bad data fails fast
+    draft = {"n": cfg.n, "prefix_len": cfg.prefix_len}
+    if cfg.num_draft is not None:  # pinned per call; also the generator's own setting
+        draft["num_draft"] = cfg.num_draft
+    gen = load_generator(cfg, generator, **draft)
+    prompts = [encode_item(gen, it) for it in items]
+    runners = make_runners(gen, cfg.methods, cfg.num_draft, cfg.pld_num_tokens,
+                           cfg.pld_max_ngram)
+
+    for _ in range(cfg.warmup):  # first-call costs (allocations, thread pools), not recorded
+        for fn in runners.values():
+            fn(prompts[0], items[0].documents, min(WARMUP_TOKENS, cfg.max_new_tokens), 0.0)
+
+    runs: dict[str, list[Run]] = {m: [] for m in cfg.methods}
+    records = []
+    bar = tqdm(list(zip(items, prompts, strict=True)), desc="bench", unit="prompt",
+               disable=not progress)
+    for i, (item, ids) in enumerate(bar):
+        prefill = measure_prefill(gen, ids)  # vanilla always runs: it is the reference
+        done: dict[str, Run] = {}
+        for name in rotated(cfg.methods, i):
+            done[name] = runners[name](ids, item.documents, cfg.max_new_tokens, prefill)
+        reference = done[REFERENCE].token_ids
+        for run in done.values():
+            run.exact = run.token_ids == reference
+        oracle = oracle_accept_length(ids, reference)
+        for name in cfg.methods:
+            runs[name].append(done[name])
+        records.append(_record(i, item, ids, prefill, oracle, done, cfg.methods))
+        bar.set_postfix({m: f"{r.new_tokens / r.total_s:.1f}t/s" for m, r in done.items()})
+    bar.close()
+
+    oracles = [r["oracle_accept_length"] for r in records]
+    oracle_mean = pooled_oracle(oracles, [r.new_tokens for r in runs[REFERENCE]])
+    meta = environment(gen) | {
+        "command": command_line(cfg.command),
+        "data": str(cfg.data),
+        "rows_used": len(items),
+        "row_shape": sorted({it.shape for it in items}),
+        "max_new_tokens": cfg.max_new_tokens,
+        "methods": list(cfg.methods),
+        "reference": REFERENCE,
+        "warmup": cfg.warmup,
+        "drafter": {"n": cfg.n, "prefix_len": cfg.prefix_len, "num_draft": cfg.num_draft,
+                    "generator_config": dataclasses.asdict(gen.config)},
+        "hf_pld": {"prompt_lookup_num_tokens": cfg.pld_num_tokens,
+                   "max_matching_ngram_size": cfg.pld_max_ngram},
+        "oracle_accept_length": oracle_mean,
+    }
+    methods = {m: summarise(runs[m], runs[REFERENCE], oracle_mean) for m in cfg.methods}
+    return {"meta": meta, "methods": methods, "prompts": records}
+
+
+def _record(i: int, item: BenchItem, ids: list[int], hf_prefill: float, oracle: float,
+            done: dict[str, Run], order: Sequence[str]) -> dict:
+    """One prompt's entry; the reference answer ids are kept for offline re-analysis."""
+    return {
+        "index": i,
+        "id": item.id,
+        "shape": item.shape,
+        "prompt_tokens": len(ids),
+        "documents": len(item.documents) if item.documents is not None else None,
+        "hf_prefill_s": hf_prefill,
+        "oracle_accept_length": oracle,
+        "order": rotated(order, i),
+        "reference_ids": done[REFERENCE].token_ids,
+        "methods": {m: done[m].to_dict() for m in order},
+    }

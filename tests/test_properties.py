@@ -1,0 +1,103 @@
+"""Exactness as a property: random tiny models, documents, n, L_p and budgets, plus
+pathological drafts injected through custom proposers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tiny_model import tiny_llama
+
+from ngram_trie_rag import DraftTree, SpeculativeGenerator
+from ngram_trie_rag.proposers import PROPOSERS
+
+# Seeds whose greedy answers run long before EOS (token 1), so drafts get exercised.
+MODELS = {i: tiny_llama(seed=seed, vocab_size=24, init_scale=0.6 if seed == 3 else 0.4)
+          for i, seed in enumerate((3, 11, 13, 19))}
+
+
+def plain(model, ids: list[int], max_new: int) -> list[int]:
+    out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=max_new)
+    return out[0, len(ids):].tolist()
+
+
+tokens = st.lists(st.integers(2, 23), min_size=1, max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 3), prompt=tokens, docs=st.lists(tokens, max_size=3),
+       n=st.integers(2, 16), data=st.data(), max_new=st.integers(1, 40),
+       num_draft=st.one_of(st.none(), st.integers(1, 80)), method=st.sampled_from(
+           ["trie", "chain"]))
+def test_random_models_and_settings_are_exact(seed, prompt, docs, n, data, max_new, num_draft,
+                                              method) -> None:
+    model, tokenizer = MODELS[seed]
+    prefix_len = data.draw(st.integers(1, n - 1))
+    gen = SpeculativeGenerator(model, tokenizer, n=n, prefix_len=prefix_len,
+                               num_draft=num_draft or 16)
+    res = gen.generate(prompt, documents=docs or None, max_new_tokens=max_new,
+                       num_draft=num_draft, method=method)
+    assert res.token_ids == plain(model, prompt, max_new)
+
+
+@pytest.fixture
+def register(monkeypatch):
+    """Install a test drafter under a method name for one test."""
+    def add(name: str, proposer) -> str:
+        monkeypatch.setitem(PROPOSERS, name, proposer)
+        return name
+    return add
+
+
+def _truth(model, prompt: list[int], max_new: int) -> list[int]:
+    return plain(model, prompt, max_new)
+
+
+@pytest.mark.parametrize("case", ["all_right", "all_wrong", "deep_chain", "wide_tree",
+                                  "repeated", "eos_inside", "past_budget"])
+def test_pathological_drafts_stay_exact(register, case: str) -> None:
+    model, tokenizer = MODELS[3]
+    prompt = [5, 6, 7, 8, 9]
+    max_new = 30
+    truth = _truth(model, prompt, max_new)
+    eos = 1
+
+    def proposer(trie, tail, num_draft, max_depth):
+        produced = len(trie._buf[: trie._len]) - trie._guard - len(prompt)  # tokens so far
+        future = truth[produced:]
+        if case == "all_right":
+            return DraftTree.chain(future[:max_depth])
+        if case == "all_wrong":
+            return DraftTree.chain([(t + 1) % 24 for t in future[:max_depth]])
+        if case == "deep_chain":
+            return DraftTree.chain((future + [3] * 200)[: min(max_depth, 200)])
+        if case == "wide_tree":  # 23 wrong siblings and the right token, each with a child
+            toks, parents, depths = [], [], []
+            for t in range(24):
+                toks += [t, future[1] if len(future) > 1 else 0]
+                parents += [-1, len(toks) - 2]
+                depths += [1, 2]
+            tree = DraftTree(np.array(toks), np.array(parents), np.array(depths))
+            return tree if max_depth >= 2 else DraftTree.empty()
+        if case == "repeated":
+            return DraftTree.chain([future[0]] * max_depth if future else [])
+        if case == "eos_inside":
+            return DraftTree.chain((future[:2] + [eos, eos] + future[2:])[:max_depth])
+        # past_budget: ignores max_depth on purpose; the generator must still stop on time
+        return DraftTree.chain(future + [4] * 50)
+
+    assert len(truth) == max_new  # this model does not stop early on this prompt
+    name = register(f"test-{case}", proposer)
+    gen = SpeculativeGenerator(model, tokenizer, n=6, prefix_len=2)
+    res = gen.generate(prompt, max_new_tokens=max_new, method=name, num_draft=64)
+    if case == "past_budget":
+        assert len(res.token_ids) <= max_new
+        assert res.token_ids == truth[: len(res.token_ids)]
+        return
+    assert res.token_ids == truth
+    if case == "all_right":
+        assert res.stats.steps <= 2  # everything accepted at once
+    if case == "all_wrong":
+        assert res.stats.mean_accept_length == 1.0
