@@ -100,7 +100,7 @@ class SpeculativeGenerator:
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise ValueError("prompt is empty")
-            return list(self.tokenizer(prompt)["input_ids"])
+            return list(self.tokenizer(_valid_text(prompt, "prompt"))["input_ids"])
         items = list(prompt)
         if not items:
             raise ValueError("prompt is empty")
@@ -120,6 +120,8 @@ class SpeculativeGenerator:
         for m in messages:
             if "role" not in m or "content" not in m:
                 raise ValueError(f"chat messages need 'role' and 'content', got keys {sorted(m)}")
+            if isinstance(m["content"], str):
+                _valid_text(m["content"], "a chat message")
         out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                  tokenize=True)
         ids = out["input_ids"] if hasattr(out, "keys") else out
@@ -134,6 +136,8 @@ class SpeculativeGenerator:
         for i, d in enumerate(documents):
             if isinstance(d, str) and not d.strip():
                 raise ValueError(f"document {i} is empty or whitespace")
+            if isinstance(d, str):
+                _valid_text(d, f"document {i}")
             if not isinstance(d, str) and len(d) == 0:
                 raise ValueError(f"document {i} has no tokens")
         encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"]
@@ -387,6 +391,16 @@ class GenerationStream:
         if self._locked:
             self._locked = False
             self._owner._lock.release()
+
+
+def _valid_text(text: str, what: str) -> str:
+    """Reject strings that cannot be encoded (lone surrogates) with a clear message."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid Unicode text ({exc.reason} at character "
+                         f"{exc.start})") from None
+    return text
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:
