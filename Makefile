@@ -29,10 +29,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not stress_full" --durations=15
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q --durations=20 --nbmake tests integrations examples
 
 test-fast: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow and not stress_full"
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow and not stress"
 
 stress: $(STAMP)
 	HF_HUB_OFFLINE=1 STRESS_FULL=1 $(BIN)/pytest -q tests/stress
@@ -41,7 +41,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict
+	$(BIN)/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) site .pytest_cache

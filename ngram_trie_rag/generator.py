@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,9 +80,17 @@ class SpeculativeGenerator:
         self.sliding_window = _sliding_window(model.config)
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self._budget: DraftBudget | None = None
-        # A plain Lock, not an RLock: a stream may be advanced from different threads
-        # (e.g. asyncio.to_thread per chunk), and only a Lock can be released by another.
-        self._lock = threading.Lock()
+        # One lock per model, shared by every generator over it (they share weights and
+        # compute). A plain Lock, not an RLock: a stream may be advanced from different
+        # threads (e.g. asyncio.to_thread per chunk), and only a Lock can be released
+        # by another thread.
+        self._lock = _model_lock(model)
+        self._tokenizer_lock = threading.Lock()  # fast tokenizers are not re-entrant
+
+    @property
+    def busy(self) -> bool:
+        """True while a generation holds the model."""
+        return self._lock.locked()
 
     @classmethod
     def from_pretrained(cls, path: str | None = None, *, device: str | None = None,
@@ -100,7 +109,8 @@ class SpeculativeGenerator:
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise ValueError("prompt is empty")
-            return list(self.tokenizer(_valid_text(prompt, "prompt"))["input_ids"])
+            with self._tokenizer_lock:
+                return list(self.tokenizer(_valid_text(prompt, "prompt"))["input_ids"])
         items = list(prompt)
         if not items:
             raise ValueError("prompt is empty")
@@ -122,8 +132,9 @@ class SpeculativeGenerator:
                 raise ValueError(f"chat messages need 'role' and 'content', got keys {sorted(m)}")
             if isinstance(m["content"], str):
                 _valid_text(m["content"], "a chat message")
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                 tokenize=True)
+        with self._tokenizer_lock:
+            out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                     tokenize=True)
         ids = out["input_ids"] if hasattr(out, "keys") else out
         return list(ids)
 
@@ -140,8 +151,9 @@ class SpeculativeGenerator:
                 _valid_text(d, f"document {i}")
             if not isinstance(d, str) and len(d) == 0:
                 raise ValueError(f"document {i} has no tokens")
-        encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-                       if texts else [])
+        with self._tokenizer_lock:
+            encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+                           if texts else [])
         return [list(next(encoded)) if isinstance(d, str) else list(d) for d in documents]
 
     # ---- public API -----------------------------------------------------------------
@@ -204,9 +216,15 @@ class SpeculativeGenerator:
             cfg, dev = self.model.config, self.model.device
             key = (id(self.model), str(self.model.dtype), str(dev), torch.get_num_threads(),
                    cfg.num_hidden_layers, cfg.hidden_size)
-            with self._lock:
-                if key not in _LATENCY_CURVES:
+            if key not in _LATENCY_CURVES:
+                # Measure with the model to ourselves when we can get it; a thread that
+                # already holds it (an unfinished stream of its own) must not deadlock.
+                held = self._lock.acquire(timeout=10)
+                try:
                     _LATENCY_CURVES[key] = latency_curve(self.model)
+                finally:
+                    if held:
+                        self._lock.release()
             self._budget = DraftBudget(dict(_LATENCY_CURVES[key]), self.config.num_draft)
         return self._budget
 
@@ -337,6 +355,13 @@ class GenerationStream:
     def __iter__(self) -> GenerationStream:
         return self
 
+    def __del__(self) -> None:
+        # An abandoned stream must not keep the model locked until interpreter exit.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finaliser
+            pass
+
     def __enter__(self) -> GenerationStream:
         return self
 
@@ -391,6 +416,19 @@ class GenerationStream:
         if self._locked:
             self._locked = False
             self._owner._lock.release()
+
+
+_MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MODEL_LOCKS_GUARD = threading.Lock()
+
+
+def _model_lock(model) -> threading.Lock:
+    """The lock serialising generation on ``model`` (one per model object)."""
+    with _MODEL_LOCKS_GUARD:
+        lock = _MODEL_LOCKS.get(model)
+        if lock is None:
+            lock = _MODEL_LOCKS[model] = threading.Lock()
+        return lock
 
 
 def _valid_text(text: str, what: str) -> str:

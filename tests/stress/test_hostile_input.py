@@ -4,18 +4,14 @@ bounded time and memory, never a crash."""
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from stress_scale import scale
+from tiny_model import tiny_llama
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
-from conftest import scale  # noqa: E402  (tests/stress/conftest.py)
-from tiny_model import tiny_llama  # noqa: E402
-
-from ngram_trie_rag import NGramTrie, SpeculativeGenerator  # noqa: E402
+from ngram_trie_rag import NGramTrie, SpeculativeGenerator
 
 QUESTION = [{"role": "user", "content": "Summarise the documents in one sentence."}]
 

@@ -1,0 +1,128 @@
+"""``ChatNGramTrie``: a LangChain chat model over n-gram trie speculative decoding.
+
+Messages go through the model's chat template; tokens are drafted from the documents the
+enclosing chain retrieved (or passed with ``documents=``) and verified by the model, so the
+answer is the model's own: under greedy decoding, token for token what plain decoding gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.language_models import BaseChatModel, LangSmithParams
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+
+from .messages import to_chat
+from .metadata import response_metadata, usage_metadata
+from .registry import call_run_ids
+from .settings import NGramTrieSettings, Request
+from .threads import iterate_blocking, run_blocking
+
+PROVIDER = "ngram_trie"
+
+
+class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
+    """Chat model whose answers are sped up by drafting from the retrieved documents.
+
+    Example:
+        ```python
+        llm = ChatNGramTrie(max_tokens=128)
+        chain = (
+            {"context": retriever | format_docs, "question": RunnablePassthrough()}
+            | prompt | llm | StrOutputParser()
+        )
+        chain.invoke("Where was Socrates born?")
+        ```
+
+    The chain needs no change: documents returned by any retriever in the same chain call
+    are found through callbacks. ``llm.bind(documents=[...])`` (strings or Documents) takes
+    precedence. ``response_metadata["speculative"]`` reports accept lengths, drafted nodes,
+    steps and the documents drafted from; ``usage_metadata`` counts tokens.
+    """
+
+    streaming: bool = False
+    """Stream inside ``invoke`` too (token callbacks); ``stream()`` always streams."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "ngram-trie-chat"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return self._settings_params()
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        model = kwargs.get("model")
+        params = LangSmithParams(
+            ls_provider=PROVIDER,
+            ls_model_name=model if isinstance(model, str) else self.model_label,
+            ls_model_type="chat",
+            ls_temperature=kwargs.get("temperature", self.temperature),
+            ls_max_tokens=kwargs.get("max_tokens", self.max_tokens),
+        )
+        stop = stop or self.stop
+        if stop:
+            params["ls_stop"] = list(stop)
+        return params
+
+    # ---- whole answers ----------------------------------------------------------------------
+    def _chat_request(self, messages: list[BaseMessage], stop: list[str] | None,
+                      run_manager: Any, kwargs: dict[str, Any]) -> Request:
+        return self._request(to_chat(messages), stop, kwargs, *call_run_ids(run_manager))
+
+    def _answer(self, request: Request) -> ChatResult:
+        gen, result = self._generate_one(request)
+        message = AIMessage(
+            content=result.text,
+            usage_metadata=usage_metadata(result),
+            response_metadata=response_metadata(gen.model_name, result, request.draft),
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None,
+                  **kwargs: Any) -> ChatResult:
+        return self._answer(self._chat_request(messages, stop, run_manager, kwargs))
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                         **kwargs: Any) -> ChatResult:
+        request = self._chat_request(messages, stop, run_manager, kwargs)
+        return await run_blocking(self._answer, request)
+
+    # ---- streams ----------------------------------------------------------------------------
+    def _chunks(self, request: Request) -> Iterator[ChatGenerationChunk]:
+        """Text deltas as they are verified, then an empty last chunk carrying usage and
+        metadata (merging chunks would concatenate strings repeated on every chunk)."""
+        gen = self.load_generator()
+        stream = self._open(gen, request)
+        with stream:
+            for delta in stream:
+                if delta:
+                    yield ChatGenerationChunk(message=AIMessageChunk(content=delta))
+        result = stream.result
+        assert result is not None
+        yield ChatGenerationChunk(message=AIMessageChunk(
+            content="",
+            usage_metadata=usage_metadata(result),
+            response_metadata=response_metadata(gen.model_name, result, request.draft),
+            chunk_position="last",
+        ))
+
+    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                run_manager: CallbackManagerForLLMRun | None = None,
+                **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        yield from self._chunks(self._chat_request(messages, stop, run_manager, kwargs))
+
+    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                       run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                       **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        request = self._chat_request(messages, stop, run_manager, kwargs)
+        async for chunk in iterate_blocking(lambda: self._chunks(request)):
+            yield chunk

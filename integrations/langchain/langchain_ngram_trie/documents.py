@@ -1,0 +1,99 @@
+"""Choosing the documents a call drafts from, and naming them in the response.
+
+Precedence: documents passed to the call (``llm.bind(documents=...)`` or a ``documents=``
+keyword) over documents retrieved in the enclosing chain, over none (the prompt itself is
+then the draft source). Drafting only proposes tokens that the model verifies, so the choice
+changes speed, never the answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from uuid import UUID
+
+from langchain_core.documents import Document
+
+from .registry import document_registry
+
+DocumentOrigin = Literal["argument", "retriever", "prompt"]
+PREVIEW_CHARS = 80
+
+
+def as_documents(items: Any) -> list[Document]:
+    """Strings or ``Document`` objects -> ``Document`` objects; anything else is an error."""
+    if isinstance(items, (str, Document)) or not isinstance(items, Sequence):
+        raise TypeError("documents must be a list of strings or Documents, "
+                        f"got {type(items).__name__}")
+    out: list[Document] = []
+    for i, item in enumerate(items):
+        if isinstance(item, Document):
+            out.append(item)
+        elif isinstance(item, str):
+            out.append(Document(page_content=item))
+        else:
+            raise TypeError(f"document {i} is a {type(item).__name__}, "
+                            "expected a string or a Document")
+    return out
+
+
+def draftable(documents: Sequence[Document]) -> list[Document]:
+    """Drop blank documents (nothing to draft from) and repeated texts (a copy only
+    doubles n-gram counts), keeping first occurrences in order."""
+    seen: set[str] = set()
+    out: list[Document] = []
+    for doc in documents:
+        text = doc.page_content
+        if not text.strip() or text in seen:
+            continue
+        seen.add(text)
+        out.append(doc)
+    return out
+
+
+def describe(doc: Document) -> dict[str, Any]:
+    """A short, stable reference to a document: its id and metadata when it has them,
+    always a content hash and a preview, never the full text."""
+    text = doc.page_content
+    return {
+        "id": doc.id,
+        "metadata": dict(doc.metadata),
+        "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16],
+        "preview": text[:PREVIEW_CHARS],
+    }
+
+
+@dataclass(frozen=True)
+class DraftDocuments:
+    """What one call drafts from; an empty ``documents`` means the prompt."""
+
+    documents: list[Document] = field(default_factory=list)
+    origin: DocumentOrigin = "prompt"
+
+    @property
+    def texts(self) -> list[str] | None:
+        """The generator's ``documents`` argument (``None`` = draft from the prompt)."""
+        return [d.page_content for d in self.documents] if self.documents else None
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [describe(d) for d in self.documents]
+
+
+def choose_documents(explicit: Any, run_id: UUID | None, parent_run_id: UUID | None,
+                     use_retrieved: bool = True) -> DraftDocuments:
+    """Explicit documents, else the chain's retrieved ones, else the prompt.
+
+    ``explicit`` is ``None`` when the caller passed none; an explicit empty list means
+    "draft from the prompt" even inside a retrieval chain.
+    """
+    if explicit is not None:
+        docs = draftable(as_documents(explicit))
+        return DraftDocuments(docs, "argument" if docs else "prompt")
+    if use_retrieved:
+        found = document_registry().documents_for(run_id, parent_run_id)
+        docs = draftable(found or [])
+        if docs:
+            return DraftDocuments(docs, "retriever")
+    return DraftDocuments()

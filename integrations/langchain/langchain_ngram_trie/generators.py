@@ -1,0 +1,57 @@
+"""One loaded model per (path, device, dtype), shared by every LangChain object in the process.
+
+LangChain copies model objects freely (``bind``, ``with_config``, one per chain or test), and
+loading weights costs seconds and hundreds of MB, so weights are loaded on first use, once,
+under a lock, and constructing a model object stays cheap. Generators that only differ in
+trie shape (``n``, ``prefix_len``) share the same weights.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.loading import default_device, resolve_dtype
+
+_LOCK = threading.Lock()
+_BASE: dict[tuple[str | None, str, str], SpeculativeGenerator] = {}
+_SHAPED: dict[tuple[str | None, str, str, int, int], SpeculativeGenerator] = {}
+
+
+def _resolve(model: str | None, device: str | None, dtype: str | None):
+    """(absolute path or None, torch device, torch dtype): equal settings, equal key."""
+    import torch
+
+    path = str(Path(model).expanduser().resolve()) if model else None
+    where = torch.device(device) if device else default_device()
+    return path, where, resolve_dtype(dtype, where)
+
+
+def shared_generator(model: str | None = None, *, device: str | None = None,
+                     dtype: str | None = None, n: int = 13,
+                     prefix_len: int = 3) -> SpeculativeGenerator:
+    """The process-wide generator for this model and trie shape, loading it on first use.
+
+    Args:
+        model: a local Hugging Face causal-LM folder; ``None`` is the packaged default.
+        device, dtype: as in ``SpeculativeGenerator.from_pretrained`` (``None`` = defaults).
+        n, prefix_len: the trie's window and maximum matched prefix (paper: 13 and 3).
+    """
+    path, where, precision = _resolve(model, device, dtype)
+    key = (path, str(where), str(precision))
+    with _LOCK:
+        shaped = _SHAPED.get((*key, n, prefix_len))
+        if shaped is not None:
+            return shaped
+        base = _BASE.get(key)
+        if base is None:
+            base = SpeculativeGenerator.from_pretrained(path, device=where, dtype=precision)
+            _BASE[key] = base
+        if (base.config.n, base.config.prefix_len) == (n, prefix_len):
+            shaped = base
+        else:
+            shaped = SpeculativeGenerator(base.model, base.tokenizer, name=base.model_name,
+                                          n=n, prefix_len=prefix_len)
+        _SHAPED[(*key, n, prefix_len)] = shaped
+        return shaped

@@ -1,0 +1,187 @@
+"""Which documents did this model call's chain retrieve? A process-wide callback handler knows.
+
+In ``{"context": retriever | fmt, "question": ...} | prompt | llm`` the retriever and the model
+are siblings: a context variable set while retrieving never reaches the model (each branch
+of a parallel step runs in a copied context). Callbacks do see both, with run ids and parent
+links. So one handler, attached to every run through LangChain's configure hook:
+
+* records ``run -> parent`` for every chain, tool, retriever and model run;
+* on ``on_retriever_end`` files the documents under the retriever's run and every ancestor;
+* lets a model call walk up from its own run to the nearest ancestor holding documents.
+
+Nesting: a retriever that wraps another (reranking, compression) ends after the one inside
+it, and its filing replaces the inner one's at every shared ancestor, so the outermost
+retriever wins (a reranker's top-n, not the candidates it chose from). Sibling retrievers
+(two branches of one chain) are both kept, in the order they finished.
+
+Lifetime: when a root run ends (a run whose parent this handler never saw), everything
+filed under its tree is dropped, so nothing outlives the chain call that produced it.
+
+The handler never runs inline (an inline handler starves others of ``on_llm_start`` on async
+paths), is thread-safe (batches run on threads, async callbacks on executors) and defines no
+``__len__``/``__bool__``: the configure hook reads ``var.get() or ...``, and an empty registry
+must not read as "no handler".
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.documents import Document
+from langchain_core.runnables import ensure_config
+from langchain_core.tracers.context import register_configure_hook
+
+
+class RetrievedDocumentsRegistry(BaseCallbackHandler):
+    """Maps live runs to the documents retrieved under them (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parent: dict[UUID, UUID | None] = {}  # None: a root, as far as we saw
+        self._root: dict[UUID, UUID] = {}
+        self._members: dict[UUID, set[UUID]] = {}  # root -> every run of its tree
+        # run -> {retriever run -> its documents}, insertion order = finishing order
+        self._filed: dict[UUID, dict[UUID, list[Document]]] = {}
+
+    # ---- queries ------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Entries held (runs, trees and filings); 0 once every chain call has ended."""
+        with self._lock:
+            return len(self._parent) + len(self._members) + len(self._filed)
+
+    def documents_for(self, run_id: UUID | None,
+                      parent_run_id: UUID | None = None) -> list[Document] | None:
+        """Documents filed at the nearest ancestor of ``run_id`` (itself included), or at
+        the nearest ancestor of ``parent_run_id`` when ``run_id`` is unknown. ``None``
+        when no retriever ran anywhere above this call."""
+        with self._lock:
+            start = run_id if run_id in self._parent else parent_run_id
+            for node in self._ancestors(start):
+                filed = self._filed.get(node)
+                if filed:
+                    return [doc for docs in filed.values() for doc in docs]
+            return None
+
+    # ---- bookkeeping --------------------------------------------------------------------
+    def _ancestors(self, run_id: UUID | None) -> Iterator[UUID]:
+        node = run_id
+        while node is not None and node in self._parent:
+            yield node
+            node = self._parent[node]
+
+    def _link(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+        with self._lock:
+            if run_id in self._parent:
+                return
+            known = parent_run_id is not None and parent_run_id in self._parent
+            parent = parent_run_id if known else None
+            root = self._root[parent] if parent is not None else run_id
+            self._parent[run_id] = parent
+            self._root[run_id] = root
+            self._members.setdefault(root, set()).add(run_id)
+
+    def _end(self, run_id: UUID) -> None:
+        """A root ended: forget its whole tree. Non-root ends keep their entries, since a
+        later sibling (the model) may still need what they filed."""
+        with self._lock:
+            if self._root.get(run_id) != run_id:
+                return
+            for member in self._members.pop(run_id, ()):
+                self._parent.pop(member, None)
+                self._root.pop(member, None)
+                self._filed.pop(member, None)
+
+    def _file(self, run_id: UUID, parent_run_id: UUID | None,
+              documents: Sequence[Document]) -> None:
+        self._link(run_id, parent_run_id)
+        with self._lock:
+            docs = list(documents)
+            for node in list(self._ancestors(run_id)):
+                filed = self._filed.setdefault(node, {})
+                inner = [r for r in filed if run_id in self._ancestors(r)]
+                for retriever in inner:  # this retriever wraps them: its result wins
+                    del filed[retriever]
+                filed[run_id] = docs
+
+    # ---- callbacks: starts link runs, root ends clean up ------------------------------------
+    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID,
+                       parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        self._link(run_id, parent_run_id)
+
+    def on_tool_start(self, serialized: Any, input_str: str, *, run_id: UUID,
+                      parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        self._link(run_id, parent_run_id)
+
+    def on_retriever_start(self, serialized: Any, query: str, *, run_id: UUID,
+                           parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        self._link(run_id, parent_run_id)
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID,
+                            parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        self._link(run_id, parent_run_id)
+
+    def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID,
+                     parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        self._link(run_id, parent_run_id)
+
+    def on_retriever_end(self, documents: Sequence[Document], *, run_id: UUID,
+                         parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        self._file(run_id, parent_run_id, documents)
+        self._end(run_id)
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id)
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id)
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id)
+
+    def on_retriever_error(self, error: BaseException, *, run_id: UUID,
+                           **kwargs: Any) -> None:
+        self._end(run_id)
+
+    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id)
+
+
+_REGISTRY = RetrievedDocumentsRegistry()
+# The default makes every CallbackManager.configure() attach the handler, inheritably, with
+# no change to the user's chain or config.
+_HOOK: ContextVar[RetrievedDocumentsRegistry | None] = ContextVar(
+    "ngram_trie_retrieved_documents", default=_REGISTRY
+)
+register_configure_hook(_HOOK, inheritable=True)
+
+
+def document_registry() -> RetrievedDocumentsRegistry:
+    """The process-wide registry (e.g. to check ``document_registry().size == 0``)."""
+    return _REGISTRY
+
+
+def call_run_ids(run_manager: Any) -> tuple[UUID | None, UUID | None]:
+    """(this call's run id, its parent's) for looking up retrieved documents.
+
+    ``BaseChatModel.stream`` calls ``_stream`` without its run manager; the config that the
+    enclosing runnable set for its children still names that runnable's run, an ancestor of
+    this call, which is all the lookup needs.
+    """
+    if run_manager is not None:
+        return run_manager.run_id, run_manager.parent_run_id
+    callbacks = ensure_config().get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager):
+        return None, callbacks.parent_run_id
+    return None, None

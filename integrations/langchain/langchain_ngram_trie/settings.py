@@ -1,0 +1,144 @@
+"""Fields and per-call options shared by the chat model and the string LLM.
+
+Both classes turn a LangChain call into one ``SpeculativeGenerator`` request: resolve the
+options (instance defaults, overridden per call), pick the draft documents, then generate or
+stream. Keeping that here means the two front ends differ only in how they build the prompt
+and package the answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+from uuid import UUID
+
+from ngram_trie_rag import GenerationResult, SpeculativeGenerator
+from ngram_trie_rag.generator import GenerationStream
+from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .documents import DraftDocuments, choose_documents
+from .generators import shared_generator
+
+# Per-call keywords that map onto generator options (LangChain's name -> the core's).
+CALL_OPTIONS = {"max_tokens": "max_new_tokens", "temperature": "temperature",
+                "top_p": "top_p", "top_k": "top_k", "seed": "seed", "num_draft": "num_draft",
+                "draft_method": "method"}
+# Keywords LangChain itself may pass along that carry no generation option.
+IGNORED_KWARGS = {"stream"}
+
+# Prompt encoding happens before the generator's lock is taken; a fast tokenizer shared by
+# threads is safest used by one at a time, and encoding is cheap next to generation.
+_ENCODE_LOCK = threading.Lock()
+
+
+@dataclass
+class Request:
+    """One generation: the prompt, what to draft from, and the generator options."""
+
+    prompt: Any
+    draft: DraftDocuments
+    options: dict[str, Any]
+
+
+class NGramTrieSettings(BaseModel):
+    """Model, trie and sampling settings; every sampling field can be overridden per call
+    (``invoke(..., max_tokens=..., temperature=...)`` or ``bind``)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=())
+
+    model: str | None = None
+    """A local Hugging Face causal-LM folder; ``None`` loads the packaged
+    SmolLM2-135M-Instruct. Loaded on first use, then shared process-wide."""
+    device: str | None = None
+    """``"cpu"``, ``"cuda"``...; ``None``: CUDA when available, else CPU."""
+    dtype: str | None = None
+    """``"float32"``, ``"bfloat16"``...; ``None``: fp32 on CPU (exact), bf16 on CUDA."""
+    generator: SpeculativeGenerator | None = Field(default=None, exclude=True)
+    """An already built generator to use instead of ``model``/``device``/``dtype``."""
+
+    n: int = Field(default=13, ge=2)
+    """Trie window: prefix + suffix tokens per sample (paper: 13)."""
+    prefix_len: int = Field(default=3, ge=1)
+    """Longest matched prefix L_p (paper: 3); must be below ``n``."""
+    num_draft: int | None = Field(default=None, ge=1)
+    """Pin the draft nodes verified per step; ``None`` lets the generator adapt it to
+    how well drafts are being accepted and what a wider verification costs."""
+    draft_method: Literal["trie", "chain", "none"] | None = None
+    """``"trie"`` (default), ``"chain"`` (prompt-lookup style) or ``"none"`` (plain
+    decoding, e.g. as a baseline: ``llm.bind(draft_method="none")``)."""
+
+    max_tokens: int = Field(default=256, ge=1)
+    """Upper bound on new tokens."""
+    temperature: float = Field(default=0.0, ge=0.0)
+    """0 is greedy (token-identical to plain decoding); above 0 samples losslessly."""
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0)
+    """0 keeps every token."""
+    seed: int | None = None
+    """Sampling seed. Sampled answers repeat exactly when ``num_draft`` is pinned too: an
+    adaptive draft size follows measured latencies, and the draws depend on the tree."""
+    stop: list[str] | None = None
+    """Stop strings; the answer ends before the first one."""
+    use_retrieved_documents: bool = True
+    """Draft from the documents retrieved in the enclosing chain (when no ``documents``
+    are passed); ``False`` always drafts from the prompt."""
+
+    @model_validator(mode="after")
+    def _check_trie_shape(self) -> NGramTrieSettings:
+        if self.prefix_len >= self.n:
+            raise ValueError(f"prefix_len ({self.prefix_len}) must be below n ({self.n})")
+        return self
+
+    # ---- the generator --------------------------------------------------------------------
+    def load_generator(self) -> SpeculativeGenerator:
+        """The generator (loads the model on first use; slow once, then cached)."""
+        if self.generator is not None:
+            return self.generator
+        return shared_generator(self.model, device=self.device, dtype=self.dtype,
+                                n=self.n, prefix_len=self.prefix_len)
+
+    @property
+    def model_label(self) -> str:
+        """The model's name without loading it (for tracing parameters)."""
+        if self.generator is not None:
+            return self.generator.model_name
+        return self.model or DEFAULT_MODEL_NAME
+
+    def _settings_params(self) -> dict[str, Any]:
+        return {"model": self.model_label, "device": self.device, "dtype": self.dtype,
+                "n": self.n, "prefix_len": self.prefix_len, "num_draft": self.num_draft,
+                "draft_method": self.draft_method,
+                "max_tokens": self.max_tokens, "temperature": self.temperature,
+                "top_p": self.top_p, "top_k": self.top_k, "seed": self.seed}
+
+    # ---- one call ---------------------------------------------------------------------------
+    def _request(self, prompt: Any, stop: list[str] | None, kwargs: Mapping[str, Any],
+                 run_id: UUID | None, parent_run_id: UUID | None) -> Request:
+        """Options from the instance and this call's keywords, and the draft documents."""
+        unknown = set(kwargs) - set(CALL_OPTIONS) - IGNORED_KWARGS - {"documents"}
+        if unknown:
+            raise TypeError(f"unsupported keyword arguments {sorted(unknown)}; "
+                            f"supported: {sorted([*CALL_OPTIONS, 'documents', 'stop'])}")
+        options = {core: kwargs.get(name, getattr(self, name))
+                   for name, core in CALL_OPTIONS.items()}
+        options["stop"] = list(stop) if stop else (list(self.stop) if self.stop else None)
+        draft = choose_documents(kwargs.get("documents"), run_id, parent_run_id,
+                                 self.use_retrieved_documents)
+        return Request(prompt, draft, options)
+
+    def _generate_one(self, request: Request) -> tuple[SpeculativeGenerator, GenerationResult]:
+        """Blocking: the whole answer."""
+        gen = self.load_generator()
+        stream = self._open(gen, request)
+        for _ in stream:
+            pass
+        assert stream.result is not None
+        return gen, stream.result
+
+    def _open(self, gen: SpeculativeGenerator, request: Request) -> GenerationStream:
+        """Blocking: encode the prompt and documents; generation starts on first ``next``."""
+        with _ENCODE_LOCK:
+            return gen.stream(request.prompt, request.draft.texts, **request.options)

@@ -1,0 +1,110 @@
+"""Per-call options on the chat model: explicit documents (which beat retrieved ones),
+stop strings, token limits, sampling, input checks, and early stream exits that must
+release the model."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnablePassthrough
+
+from langchain_ngram_trie import ChatNGramTrie, document_registry
+
+FACT = ("Socrates was born in Alopece, a deme of Athens, around 470 BC. He was the son of "
+        "Sophroniscus, a stonemason, and Phaenarete, a midwife.")
+QUESTION = [HumanMessage(f"{FACT}\n\nWhere was Socrates born? Answer in one sentence.")]
+
+
+@pytest.fixture(scope="module")
+def llm() -> ChatNGramTrie:
+    return ChatNGramTrie(max_tokens=24)
+
+
+def spec(message) -> dict:
+    return message.response_metadata["speculative"]
+
+
+def test_bound_documents_beat_retrieved_ones_and_keep_the_answer(llm, vector_store, fmt,
+                                                                  rag_prompt, hagrid):
+    question = hagrid[1][9]
+    own = [Document(page_content=FACT, id="fact"), "Alopece was a deme of ancient Athens."]
+    retriever = vector_store.as_retriever(search_kwargs={"k": 2})
+    head = {"context": retriever | fmt, "question": RunnablePassthrough()} | rag_prompt
+    bound = (head | llm.bind(documents=own)).invoke(question)
+    auto = (head | llm).invoke(question)
+    assert spec(bound)["documents_from"] == "argument"
+    assert [d["id"] for d in spec(bound)["documents"]] == ["fact", None]
+    assert spec(auto)["documents_from"] == "retriever"
+    assert bound.content == auto.content  # drafting changes speed, never the answer
+    assert spec((head | llm.bind(documents=[])).invoke(question))["draft_source"] == "prompt"
+    off = ChatNGramTrie(max_tokens=4, use_retrieved_documents=False)
+    assert spec((head | off).invoke(question))["draft_source"] == "prompt"
+    assert document_registry().size == 0
+
+
+def test_blank_and_repeated_documents_are_skipped(llm):
+    message = llm.invoke(QUESTION, documents=["", "  ", FACT, FACT], max_tokens=4)
+    assert spec(message)["num_documents"] == 1
+
+
+def test_stop_and_max_tokens(llm):
+    full = llm.invoke(QUESTION)
+    word = full.content.split()[2]
+    stopped = llm.invoke(QUESTION, stop=[word])
+    assert stopped.response_metadata["finish_reason"] == "stop"
+    assert full.content.startswith(stopped.content) and word not in stopped.content
+    short = llm.invoke(QUESTION, max_tokens=3)
+    assert short.usage_metadata["output_tokens"] == 3
+    assert short.response_metadata["finish_reason"] == "length"
+    assert ChatNGramTrie(max_tokens=24, stop=[word]).invoke(QUESTION).content == stopped.content
+
+
+def test_sampling_is_seeded_and_honours_top_p_top_k(llm):
+    # A pinned draft size makes the random draws, hence the sample, repeatable (an adaptive
+    # size follows measured latencies, which vary from run to run).
+    options = {"temperature": 0.9, "top_p": 0.9, "top_k": 40, "seed": 11, "max_tokens": 12,
+               "num_draft": 8}
+    first = llm.invoke(QUESTION, **options)
+    assert llm.invoke(QUESTION, **options).content == first.content
+    assert first.usage_metadata["output_tokens"] <= 12
+
+
+def test_bad_inputs_raise(llm):
+    with pytest.raises(TypeError, match="list of strings or Documents"):
+        llm.invoke(QUESTION, documents=FACT)
+    with pytest.raises(TypeError, match="unsupported keyword"):
+        llm.invoke(QUESTION, max_new_tokens=3)
+    image = HumanMessage(content=[{"type": "text", "text": "What is this?"},
+                                  {"type": "image_url", "image_url": {"url": "x.png"}}])
+    with pytest.raises(ValueError, match="text only"):
+        llm.invoke([image])
+    with pytest.raises(ValueError):
+        ChatNGramTrie(n=3, prefix_len=3)
+
+
+def _finishes(fn, seconds: float = 120.0) -> bool:
+    worker = threading.Thread(target=fn, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return not worker.is_alive()
+
+
+def test_leaving_a_stream_early_releases_the_model(llm):
+    for chunk in llm.stream(QUESTION):
+        if chunk.content:
+            break  # the generator is closed here, with the model's lock held until now
+    assert _finishes(lambda: llm.invoke(QUESTION, max_tokens=2))
+
+
+async def test_leaving_an_async_stream_early_releases_the_model(llm):
+    stream = llm.astream(QUESTION)
+    async for chunk in stream:
+        if chunk.content:
+            break
+    await stream.aclose()
+    message = await asyncio.wait_for(llm.ainvoke(QUESTION, max_tokens=2), timeout=120)
+    assert message.usage_metadata["output_tokens"] == 2

@@ -1,0 +1,320 @@
+"""``NGramTrieLLM``: a LlamaIndex LLM whose drafts come from the retrieved nodes.
+
+Speculative decoding with an n-gram trie built from the nodes the response synthesizer
+received: the model verifies several drafted tokens per forward pass, and the answer is the
+same as plain decoding (token for token when greedy). Which nodes belong to a call is found
+through the instrumentation spans (``tracking``), so ``index.as_query_engine(llm=...)`` and
+the chat engines need no extra wiring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseAsyncGen,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.custom import CustomLLM
+from llama_index.core.llms.llm import default_completion_to_prompt
+from ngram_trie_rag import GenerationResult, GenerationStream, SpeculativeGenerator
+from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
+
+from .drafting import DraftItem, DraftSource, drafting_from, resolve_draft_source
+from .loader import GeneratorKey, open_lock, shared_generator
+from .streams import acollect, adeltas, deltas
+from .tracking import get_tracker
+
+Prompt = str | list[dict[str, str]]
+
+# Per-call options a caller may pass as keyword arguments; anything else LlamaIndex passes
+# along (e.g. ``formatted``, tool settings) is not a generation option and is ignored.
+_OPTIONS = ("max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed",
+            "num_draft", "method")
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A call, fixed when it is made: prompt, draft source and generation options."""
+
+    prompt: Prompt
+    source: DraftSource
+    options: dict[str, Any]
+
+
+class NGramTrieLLM(CustomLLM):
+    """Local Hugging Face causal LM with n-gram trie speculative decoding.
+
+    Lossless: greedy answers equal ``model.generate(do_sample=False)``; with a temperature
+    the sampling distribution is unchanged. The model is loaded on first use and shared by
+    every instance with the same model and trie settings. Each response carries the
+    speculative statistics in ``additional_kwargs["speculative"]`` and ``raw``.
+
+    Draft source of a call, first match wins: ``documents=`` passed to the call, an
+    enclosing ``with llm.drafting_from(nodes):`` block, the nodes the running query's
+    response synthesizer received (after reranking), else the prompt itself.
+
+    Example::
+
+        llm = NGramTrieLLM(max_new_tokens=128)
+        engine = index.as_query_engine(llm=llm)
+        engine.query("Who founded the company?")
+    """
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    model_path: str | None = Field(
+        default=None, description="Local Hugging Face model folder; None: the packaged default.")
+    model_name: str | None = Field(
+        default=None, description="Name reported in metadata; default: derived from the path.")
+    device: str | None = Field(default=None, description="torch device; default CUDA if any.")
+    dtype: str | None = Field(default=None, description="torch dtype; default fp32 on CPU.")
+    max_new_tokens: int = Field(default=256, gt=0, description="Upper bound on answer tokens.")
+    temperature: float = Field(default=0.0, ge=0.0, description="0 is greedy.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0, description="0 keeps every token.")
+    seed: int | None = Field(default=None, description="Sampling seed; None is random.")
+    stop: list[str] | None = Field(default=None, description="Stop strings (not emitted).")
+    n: int = Field(default=13, description="Trie window: prefix plus draft length (paper n).")
+    prefix_len: int = Field(default=3, description="Longest matched prefix (paper L_p).")
+    num_draft: int | None = Field(
+        default=None, description="Draft tokens verified per step; None: generator default.")
+    method: str | None = Field(
+        default=None, description="'trie', 'chain' or 'none' (plain decoding, a baseline).")
+    context_window: int | None = Field(
+        default=None, description="Override the model's context window.")
+    is_chat_model: bool | None = Field(
+        default=None, description="Use the chat template; None: when the model has one.")
+
+    _generator: SpeculativeGenerator | None = PrivateAttr(default=None)
+
+    def __init__(self, generator: SpeculativeGenerator | None = None, **kwargs: Any) -> None:
+        """``generator``: an already loaded ``SpeculativeGenerator`` to use instead of
+        loading ``model_path`` (its own trie settings then apply)."""
+        super().__init__(**kwargs)
+        self._generator = generator
+        # Attach the span tracker now: a query's spans must be followed from their start.
+        get_tracker()
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "NGramTrieLLM"
+
+    # ---- model and metadata -----------------------------------------------------------
+    @property
+    def generator(self) -> SpeculativeGenerator:
+        """The shared generator, loaded on first access."""
+        if self._generator is None:
+            self._generator = shared_generator(GeneratorKey(
+                self.model_path, self.device, self.dtype, self.n, self.prefix_len))
+        return self._generator
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(
+            context_window=self.context_window or self.generator.context_window,
+            num_output=self.max_new_tokens,
+            is_chat_model=self._uses_chat_template(),
+            model_name=self.model_name or self._default_name(),
+        )
+
+    def _default_name(self) -> str:
+        if self._generator is not None:
+            return self._generator.model_name
+        return self.model_path or DEFAULT_MODEL_NAME
+
+    def _uses_chat_template(self) -> bool:
+        if self.is_chat_model is not None:
+            return self.is_chat_model
+        return bool(getattr(self.generator.tokenizer, "chat_template", None))
+
+    def drafting_from(self, documents: Iterable[DraftItem]) -> AbstractContextManager[DraftSource]:
+        """``with llm.drafting_from(nodes_or_texts):`` drafts every call in the block from
+        them (for pipelines that hold the nodes themselves)."""
+        return drafting_from(documents)
+
+    # ---- requests ---------------------------------------------------------------------
+    def _chat_prompt(self, messages: Sequence[ChatMessage]) -> Prompt:
+        """Messages for the model's chat template, or one string when it has none."""
+        if not self._uses_chat_template():
+            return self.messages_to_prompt(messages)
+        return [{"role": _role(m.role), "content": m.content or ""} for m in messages]
+
+    def _completion_prompt(self, prompt: str, formatted: bool) -> Prompt:
+        """A formatted prompt goes as-is; otherwise a chat model gets it as the user turn."""
+        if formatted:
+            return prompt
+        if self.completion_to_prompt is not default_completion_to_prompt:
+            return self.completion_to_prompt(prompt)
+        if not self._uses_chat_template():
+            return prompt
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return [*system, {"role": "user", "content": prompt}]
+
+    def _request(self, prompt: Prompt, kwargs: dict[str, Any]) -> _Request:
+        """Fix the draft source now: a stream is read after the query's spans closed."""
+        options: dict[str, Any] = {
+            "max_new_tokens": self.max_new_tokens, "temperature": self.temperature,
+            "top_p": self.top_p, "top_k": self.top_k, "stop": self.stop, "seed": self.seed,
+            "num_draft": self.num_draft, "method": self.method,
+        }
+        if kwargs.get("max_tokens") is not None:  # the usual LlamaIndex spelling
+            options["max_new_tokens"] = kwargs["max_tokens"]
+        options.update({k: kwargs[k] for k in _OPTIONS if kwargs.get(k) is not None})
+        return _Request(prompt, resolve_draft_source(kwargs.get("documents")), options)
+
+    def _open(self, request: _Request) -> GenerationStream:
+        gen = self.generator
+        with open_lock(gen):
+            return gen.stream(request.prompt, request.source.documents, **request.options)
+
+    def _run(self, request: _Request) -> GenerationResult:
+        stream = self._open(request)
+        with stream:
+            for _ in stream:
+                pass
+        assert stream.result is not None
+        return stream.result
+
+    def _info(self, result: GenerationResult, source: DraftSource) -> tuple[dict, dict]:
+        """(additional_kwargs, raw) of a finished call."""
+        stats = result.stats.to_dict()
+        usage = {
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+            "total_tokens": result.prompt_tokens + result.completion_tokens,
+        }
+        extra = {
+            "model_name": self.metadata.model_name,
+            "finish_reason": result.finish_reason,
+            **usage,
+            "speculative": stats,
+            "draft_origin": source.origin,
+            "draft_node_ids": list(source.node_ids),
+        }
+        raw = {
+            "usage": usage,
+            "finish_reason": result.finish_reason,
+            "token_ids": list(result.token_ids),
+            "speculative": stats,
+            "draft_origin": source.origin,
+            "draft_node_ids": list(source.node_ids),
+            "draft_texts": list(source.texts),
+        }
+        return extra, raw
+
+    def _completion(self, text: str, delta: str | None, result: GenerationResult | None,
+                    source: DraftSource) -> CompletionResponse:
+        if result is None:
+            return CompletionResponse(text=text, delta=delta)
+        extra, raw = self._info(result, source)
+        return CompletionResponse(text=text, delta=delta, additional_kwargs=extra, raw=raw)
+
+    def _chat(self, text: str, delta: str | None, result: GenerationResult | None,
+              source: DraftSource) -> ChatResponse:
+        message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
+        if result is None:
+            return ChatResponse(message=message, delta=delta)
+        extra, raw = self._info(result, source)
+        return ChatResponse(message=message, delta=delta, additional_kwargs=extra, raw=raw)
+
+    # ---- sync -------------------------------------------------------------------------
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        """Options as keyword arguments (``max_new_tokens``, ``temperature``, ``stop``,
+        ``documents`` to draft from, ...) override the instance's for this call."""
+        request = self._request(self._completion_prompt(prompt, formatted), kwargs)
+        result = self._run(request)
+        return self._completion(result.text, None, result, request.source)
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False,
+                        **kwargs: Any) -> CompletionResponseGen:
+        request = self._request(self._completion_prompt(prompt, formatted), kwargs)
+        stream = self._open(request)
+
+        def gen() -> CompletionResponseGen:
+            text = ""
+            for delta, result in deltas(stream):
+                text += delta
+                yield self._completion(text, delta, result, request.source)
+
+        return gen()
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        request = self._request(self._chat_prompt(messages), kwargs)
+        result = self._run(request)
+        return self._chat(result.text, None, result, request.source)
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        request = self._request(self._chat_prompt(messages), kwargs)
+        stream = self._open(request)
+
+        def gen() -> ChatResponseGen:
+            text = ""
+            for delta, result in deltas(stream):
+                text += delta
+                yield self._chat(text, delta, result, request.source)
+
+        return gen()
+
+    # ---- async: generation runs in a worker thread, the event loop stays free -----------
+    @llm_completion_callback()
+    async def acomplete(self, prompt: str, formatted: bool = False,
+                        **kwargs: Any) -> CompletionResponse:
+        request = self._request(self._completion_prompt(prompt, formatted), kwargs)
+        result = await acollect(await asyncio.to_thread(self._open, request))
+        return self._completion(result.text, None, result, request.source)
+
+    @llm_completion_callback()
+    async def astream_complete(self, prompt: str, formatted: bool = False,
+                               **kwargs: Any) -> CompletionResponseAsyncGen:
+        request = self._request(self._completion_prompt(prompt, formatted), kwargs)
+        stream = await asyncio.to_thread(self._open, request)
+
+        async def gen() -> CompletionResponseAsyncGen:
+            text = ""
+            async for delta, result in adeltas(stream):
+                text += delta
+                yield self._completion(text, delta, result, request.source)
+
+        return gen()
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        request = self._request(self._chat_prompt(messages), kwargs)
+        result = await acollect(await asyncio.to_thread(self._open, request))
+        return self._chat(result.text, None, result, request.source)
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage],
+                           **kwargs: Any) -> ChatResponseAsyncGen:
+        request = self._request(self._chat_prompt(messages), kwargs)
+        stream = await asyncio.to_thread(self._open, request)
+
+        async def gen() -> ChatResponseAsyncGen:
+            text = ""
+            async for delta, result in adeltas(stream):
+                text += delta
+                yield self._chat(text, delta, result, request.source)
+
+        return gen()
+
+
+def _role(role: MessageRole | str) -> str:
+    return role.value if isinstance(role, MessageRole) else str(role)

@@ -1,0 +1,229 @@
+"""Which retrieved nodes belong to the LLM call that is running now.
+
+A query engine hands the retrieved nodes to a response synthesizer, which formats them into
+a prompt and calls the LLM: the LLM itself only ever sees the prompt. Every step runs inside
+nested instrumentation spans, e.g.
+
+    RetrieverQueryEngine.query > ._query > CompactAndRefine.synthesize > LLM.predict > .chat
+
+so a span handler on the root dispatcher can remember the nodes at the span that received
+them, and the LLM walks up from its own span to the nearest remembered list. Spans are
+per task and per thread (a ContextVar), so concurrent queries never see each other's nodes.
+
+What is remembered:
+
+- entering ``BaseSynthesizer.synthesize`` / ``asynthesize``: its ``nodes`` argument, which is
+  exactly what the prompt is built from (after every node postprocessor, e.g. a reranker);
+- leaving ``BaseRetriever.retrieve`` / ``aretrieve`` and a postprocessor's
+  ``_postprocess_nodes`` / ``_apostprocess_nodes``: the result, filed under the *caller's*
+  span, for pipelines that call the LLM without a synthesizer. A later record at the same
+  span replaces the earlier one, so a postprocessor's output replaces the retriever's.
+
+Every record is dropped when its span exits or is dropped, so nothing outlives the query.
+
+Streaming trap: a streaming synthesizer may return a lazy generator that calls the LLM only
+when the caller first reads it, after every span of the query has closed. So when
+``synthesize`` returns a ``StreamingResponse``, its ``response_gen`` is wrapped to carry the
+nodes into each read (a ContextVar set only while the wrapped generator runs).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.span import BaseSpan, active_span_id
+from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.response_synthesizers.base import BaseSynthesizer
+from llama_index.core.schema import NodeWithScore
+from pydantic import PrivateAttr
+
+_UUID_SUFFIX = 37  # span ids are f"{Class}.{method}-{uuid4()}": a dash and 36 characters
+_SYNTHESIZE = frozenset({"synthesize", "asynthesize"})
+_RETRIEVE = frozenset({"retrieve", "aretrieve"})
+_POSTPROCESS = frozenset({"_postprocess_nodes", "_apostprocess_nodes"})
+
+
+def _method_name(span_id: str) -> str:
+    return span_id[:-_UUID_SUFFIX].rsplit(".", 1)[-1]
+
+
+class RetrievedNodesTracker(BaseSpanHandler[BaseSpan]):
+    """Span handler that files retrieved nodes under the span that received them.
+
+    It keeps only a parent link per open span and the node lists, both in plain dicts, and
+    creates no span objects: it runs on every span of the process, so it must stay cheap.
+    """
+
+    _parents: dict[str, str | None] = PrivateAttr(default_factory=dict)
+    _nodes: dict[str, list[NodeWithScore]] = PrivateAttr(default_factory=dict)
+    _guard: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RetrievedNodesTracker"
+
+    # ---- what the dispatcher calls ------------------------------------------------
+    def span_enter(self, id_: str, bound_args: inspect.BoundArguments,
+                   instance: Any | None = None, parent_id: str | None = None,
+                   tags: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        nodes = None
+        if isinstance(instance, BaseSynthesizer) and _method_name(id_) in _SYNTHESIZE:
+            nodes = bound_args.arguments.get("nodes")
+        with self._guard:
+            self._parents[id_] = parent_id
+            if nodes is not None:
+                self._nodes[id_] = list(nodes)
+
+    def span_exit(self, id_: str, bound_args: inspect.BoundArguments,
+                  instance: Any | None = None, result: Any | None = None,
+                  **kwargs: Any) -> None:
+        with self._guard:
+            parent = self._parents.pop(id_, None)
+            nodes = self._nodes.pop(id_, None)
+            if nodes is not None and isinstance(result, StreamingResponse | AsyncStreamingResponse):
+                result.response_gen = _carry_nodes(result.response_gen, nodes)
+            if parent is not None and parent in self._parents and _is_node_list(result) and (
+                (isinstance(instance, BaseRetriever) and _method_name(id_) in _RETRIEVE)
+                or (isinstance(instance, BaseNodePostprocessor)
+                    and _method_name(id_) in _POSTPROCESS)
+            ):
+                self._nodes[parent] = list(result)
+
+    def span_drop(self, id_: str, bound_args: inspect.BoundArguments,
+                  instance: Any | None = None, err: BaseException | None = None,
+                  **kwargs: Any) -> None:
+        with self._guard:
+            self._parents.pop(id_, None)
+            self._nodes.pop(id_, None)
+
+    # The base class's hooks for span objects: this handler keeps none.
+    def new_span(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def prepare_to_exit_span(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def prepare_to_drop_span(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    # ---- what the LLM asks ----------------------------------------------------------
+    def nodes_for(self, span_id: str | None) -> list[NodeWithScore] | None:
+        """The nodes recorded nearest above ``span_id`` (itself included), or ``None``.
+
+        An empty list is an answer too ("retrieval found nothing"), not a reason to look
+        further up at an older query's nodes.
+        """
+        with self._guard:
+            seen = 0
+            while span_id is not None and seen <= len(self._parents):
+                if span_id in self._nodes:
+                    return list(self._nodes[span_id])
+                span_id = self._parents.get(span_id)
+                seen += 1  # a cycle cannot happen, but never loop forever on bad input
+        return None
+
+    def current_nodes(self) -> list[NodeWithScore] | None:
+        """The nodes for the call starting now: those of the streamed response being read,
+        else the nearest recorded above the span active in this task or thread."""
+        streamed = _STREAM_NODES.get()
+        if streamed is not None:
+            return list(streamed)
+        return self.nodes_for(active_span_id.get())
+
+    @property
+    def num_records(self) -> int:
+        """How many node lists are held now; 0 whenever no query is running."""
+        with self._guard:
+            return len(self._nodes)
+
+    @property
+    def num_open_spans(self) -> int:
+        """How many spans this handler is following now."""
+        with self._guard:
+            return len(self._parents)
+
+
+_STREAM_NODES: ContextVar[list[NodeWithScore] | None] = ContextVar(
+    "ngram_trie_stream_nodes", default=None)
+
+
+def _carry_nodes(gen: Any, nodes: list[NodeWithScore]) -> Any:
+    if hasattr(gen, "__anext__"):
+        return _carry_nodes_async(gen, nodes)
+    if hasattr(gen, "__next__"):
+        return _carry_nodes_sync(gen, nodes)
+    return gen
+
+
+def _carry_nodes_sync(gen: Iterator[Any], nodes: list[NodeWithScore]) -> Iterator[Any]:
+    """Yield from ``gen`` with ``nodes`` visible to the LLM while ``gen`` runs."""
+    try:
+        while True:
+            token = _STREAM_NODES.set(nodes)
+            try:
+                item = next(gen)
+            except StopIteration:
+                return
+            finally:
+                _STREAM_NODES.reset(token)
+            yield item
+    finally:
+        close = getattr(gen, "close", None)
+        if close is not None:
+            close()  # stops the LLM stream (and frees its lock) when the reader stops early
+
+
+async def _carry_nodes_async(gen: AsyncIterator[Any],
+                             nodes: list[NodeWithScore]) -> AsyncIterator[Any]:
+    """The async twin of ``_carry_nodes_sync``."""
+    try:
+        while True:
+            token = _STREAM_NODES.set(nodes)
+            try:
+                item = await gen.__anext__()
+            except StopAsyncIteration:
+                return
+            finally:
+                _STREAM_NODES.reset(token)
+            yield item
+    finally:
+        aclose = getattr(gen, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _is_node_list(value: Any) -> bool:
+    return isinstance(value, Sequence) and all(isinstance(n, NodeWithScore) for n in value)
+
+
+_TRACKER: RetrievedNodesTracker | None = None
+_INSTALL_LOCK = threading.Lock()
+
+
+def get_tracker() -> RetrievedNodesTracker:
+    """The process-wide tracker, attached to the root dispatcher on first use.
+
+    Re-attached if someone replaced the root dispatcher's handler list (a span that was
+    already open then is simply not found, and the call drafts from its prompt).
+    """
+    global _TRACKER
+    with _INSTALL_LOCK:
+        if _TRACKER is None:
+            _TRACKER = RetrievedNodesTracker()
+        root = get_dispatcher()
+        if not any(h is _TRACKER for h in root.span_handlers):
+            root.add_span_handler(_TRACKER)
+        return _TRACKER
+
+
+def registry_size() -> int:
+    """Node lists held right now (0 after every query has finished): a leak check."""
+    return get_tracker().num_records
