@@ -2,18 +2,20 @@
 
 Verifying K draft nodes costs one forward over 1 + K tokens, t(1 + K). On a GPU, or
 with bf16 on a CPU, t is nearly flat up to a few dozen tokens; in fp32 on a CPU it
-is not (41 / 73 / 91 ms for 1 / 9 / 17 tokens with the default model). So the best K
-depends on the hardware and on how often drafts are right:
+is not (41 / 73 / 91 ms for 1 / 8 / 16 tokens with the default model). So the best K
+depends on the hardware and on how likely this step's candidates are to be right:
 
-    K* = argmax_K  AL(K) / t(1 + K)       AL(K): expected tokens per step with top-K
+    K* = argmax_K  (1 + sum_{rank(i) < K} p_i) / t(1 + K)     (K = 0: a plain step)
+
+where p_i is the probability that candidate node i is accepted. A node's p is read
+from a table learned online, bucketed by the match length of the step, the node's
+depth and its share of the matched subtree's frequency. Greedy verification reveals
+the model's token after each accepted node, so every candidate -- verified or not --
+is labelled after each step (accepted, rejected, or unknown when it lies below the
+last emitted token), and the table learns for all of them at no extra compute.
 
 ``t`` is measured once per (model, dtype, device, threads) in a process and refined
 from the real steps' timings.
-``AL(K)`` is learned online, for every K at once: greedy verification reveals the
-model's token after each accepted node, so after a step we know how far the
-top-K subtree of the ranked candidates would have matched, for any K (a lower bound
-when the whole emitted sequence was covered). Ranks increase along a path, so the
-top-K subtree accepts exactly the path nodes ranked below K.
 """
 
 from __future__ import annotations
@@ -23,22 +25,31 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
-SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+from .draft_tree import DraftTree
+
+SIZES = (*range(1, 17), 20, 24, 32, 48, 64)  # draft sizes K whose t(1 + K) is measured
+SHARE_BINS = np.array([0.1, 0.33, 0.66, 0.99])  # share of the subtree's frequency
+MAX_DEPTH_BUCKET = 8
+MAX_MATCH_BUCKET = 3
 
 
 class DraftBudget:
-    """Chooses num_draft per step from a latency curve and observed acceptance."""
+    """Chooses how many ranked candidates to verify each step."""
 
-    def __init__(self, latency: dict[int, float], max_draft: int, decay: float = 0.95) -> None:
-        self.sizes = [k for k in SIZES if k <= max_draft] or [max_draft]
-        if max_draft not in self.sizes:
-            self.sizes.append(max_draft)
+    def __init__(self, latency: dict[int, float], max_draft: int,
+                 prior_weight: float = 2.0) -> None:
+        self.max_draft = max_draft
         self.latency = _monotone(latency)  # tokens in the forward (1 + K) -> seconds
-        self.decay = decay
-        # Optimistic start: assume drafts pay off until the first steps say otherwise.
-        self.accept = {k: 1.0 + min(k, 4) * 0.25 for k in self.sizes}
+        shape = (MAX_MATCH_BUCKET + 1, MAX_DEPTH_BUCKET + 1, SHARE_BINS.size + 1)
+        # Prior: a confident, shallow node is often right; deep, rare ones seldom.
+        depth = np.arange(shape[1])[None, :, None]
+        share = (np.arange(shape[2]) / (shape[2] - 1))[None, None, :]
+        prior = np.clip(0.55 * (0.3 + 0.7 * share) * 0.85 ** np.maximum(depth - 1, 0), 0.02, 0.9)
+        self.accepted = np.broadcast_to(prior * prior_weight, shape).copy()
+        self.seen = np.full(shape, prior_weight)
 
     def cost(self, k: int) -> float:
         """t(1 + k), interpolated linearly between measured sizes."""
@@ -58,23 +69,47 @@ class DraftBudget:
         if tokens in self.latency:
             self.latency[tokens] = 0.9 * self.latency[tokens] + 0.1 * seconds
 
-    def choose(self) -> int:
-        return max(self.sizes, key=lambda k: self.accept[k] / self.cost(k))
+    def _buckets(self, tree: DraftTree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        top = tree.depths == 1
+        total = max(float(tree.frequencies[top].sum()), 1.0)
+        share = np.digitize(tree.frequencies / total, SHARE_BINS)
+        depth = np.minimum(tree.depths, MAX_DEPTH_BUCKET)
+        match = np.full(len(tree), min(tree.match_len, MAX_MATCH_BUCKET))
+        return match, depth, share
 
-    def observe(self, path_ranks: Sequence[int], emitted: int) -> None:
-        """Update AL(K) for every K from one verified step.
+    def probabilities(self, tree: DraftTree) -> np.ndarray:
+        """(N,) estimated probability that each candidate is accepted."""
+        idx = self._buckets(tree)
+        return self.accepted[idx] / self.seen[idx]
 
-        ``path_ranks``: ranks of the candidate nodes along the emitted tokens (from
-        ``DraftTree.path_ranks`` on the full ranked candidate tree); ``emitted``:
-        tokens the step produced (accepted + bonus).
-        """
-        for k in self.sizes:
-            accepted = sum(1 for r in path_ranks if r < k)
-            self.accept[k] = self.decay * self.accept[k] + (1 - self.decay) * (accepted + 1)
+    def choose(self, tree: DraftTree) -> int:
+        """How many of ``tree``'s ranked candidates to verify (0: a plain step)."""
+        n = min(len(tree), self.max_draft)
+        if n == 0:
+            return 0
+        p = np.zeros(len(tree))
+        p[tree.ranks()] = self.probabilities(tree)  # p in rank order
+        gain = 1.0 + np.concatenate(([0.0], np.cumsum(p[:n])))  # expected tokens, K = 0..n
+        cost = np.array([self.cost(k) for k in range(n + 1)])
+        return int(np.argmax(gain / cost))
+
+    def observe(self, tree: DraftTree, emitted: Sequence[int]) -> None:
+        """Label every candidate from one step's emitted tokens and update the table."""
+        if not len(tree):
+            return
+        path = tree.path_nodes(list(emitted))
+        label = np.zeros(len(tree))  # 1 accepted, 0 rejected
+        label[path] = 1.0
+        known = np.ones(len(tree), dtype=bool)
+        if len(path) == len(emitted):  # the candidates cover even the bonus token:
+            known &= ~tree.descendants(path[-1])  # what lies below it is unknown
+        idx = tuple(b[known] for b in self._buckets(tree))
+        np.add.at(self.accepted, idx, label[known])
+        np.add.at(self.seen, idx, 1.0)
 
 
 def latency_curve(model, cache_file: Path | None = None, past_len: int = 512,
-                  sizes: Sequence[int] = SIZES, repeats: int = 3) -> dict[int, float]:
+                  sizes: Sequence[int] = SIZES, repeats: int = 2) -> dict[int, float]:
     """Seconds per forward of ``1 + K`` new tokens after ``past_len`` cached ones."""
     if cache_file is not None and cache_file.is_file():
         try:

@@ -54,19 +54,25 @@ class DraftTree:
                          self.frequencies[keep] if self.frequencies.size else self.frequencies,
                          self.match_len, None, self.ranks()[keep])
 
-    def path_ranks(self, tokens: list[int]) -> list[int]:
-        """Ranks of the nodes along ``tokens`` from the top, as far as the tree has them."""
+    def path_nodes(self, tokens: list[int]) -> list[int]:
+        """Indices of the nodes along ``tokens`` from the top, as far as the tree has them."""
         children = self.children()
-        ranks = self.ranks()
         out: list[int] = []
         row = 0
         for tok in tokens:
             child = children[row].get(tok)
             if child is None:
                 break
-            out.append(int(ranks[child]))
+            out.append(child)
             row = child + 1
         return out
+
+    def descendants(self, node: int) -> np.ndarray:
+        """(N,) bool: nodes strictly below ``node`` (pre-order makes one pass enough)."""
+        below = np.zeros(len(self), dtype=bool)
+        for i, par in enumerate(self.parents.tolist()):
+            below[i] = par == node or (par >= 0 and below[par])
+        return below
 
     @staticmethod
     def empty() -> DraftTree:

@@ -287,13 +287,12 @@ class SpeculativeGenerator:
             tree = propose(trie, history[-lp:], num_draft, limit - produced - 1)
             candidates = tree
             if budget is not None and len(tree):
-                tree = candidates.top(budget.choose())
+                tree = candidates.top(budget.choose(candidates))
             tokens, finish = self._verify(tree, history[-1], past, params, gen, cache, stats,
                                           t0)
             if budget is not None:
                 budget.record_latency(1 + len(tree), stats.last_forward_s)
-                if len(candidates):
-                    budget.observe(candidates.path_ranks(tokens), len(tokens))
+                budget.observe(candidates, tokens)
             tokens = tokens[: limit - produced]  # a drafter may overshoot; never emit past it
             produced += len(tokens)
             history.extend(tokens)

@@ -1,0 +1,57 @@
+"""The adaptive draft budget on hand-made trees and latency curves."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ngram_trie_rag import DraftTree, NGramTrie
+from ngram_trie_rag.budget import DraftBudget
+
+FLAT = {q: 0.040 for q in range(1, 66)}  # verifying more is free (GPU, bf16)
+STEEP = {q: 0.040 * q for q in range(1, 66)}  # every token costs a full step
+
+
+def _tree() -> DraftTree:
+    trie = NGramTrie(n=6, prefix_len=2)
+    for doc in [[1, 2, 3, 4, 5]] * 3 + [[1, 2, 7, 8]]:
+        trie.add_document(doc)
+    return trie.draft([1, 2], num_draft=16)  # 3 4 5 (freq 3 each), 7 8 (freq 1)
+
+
+def test_flat_latency_verifies_every_candidate() -> None:
+    tree = _tree()
+    assert DraftBudget(FLAT, max_draft=16).choose(tree) == len(tree)
+
+
+def test_steep_latency_prefers_plain_steps() -> None:
+    assert DraftBudget(STEEP, max_draft=16).choose(_tree()) == 0
+
+
+def test_cap_and_empty_tree() -> None:
+    assert DraftBudget(FLAT, max_draft=2).choose(_tree()) == 2
+    assert DraftBudget(FLAT, max_draft=8).choose(DraftTree.empty()) == 0
+
+
+def test_observe_labels_accepted_rejected_and_unknown() -> None:
+    tree = _tree()  # pre-order: 3, 3-4, 3-4-5, 7, 7-8
+    budget = DraftBudget(FLAT, max_draft=16)
+    before_acc, before_seen = budget.accepted.copy(), budget.seen.copy()
+    budget.observe(tree, [3, 4, 9])  # 3 and 4 accepted, 9 is the bonus: 5 rejected
+    assert budget.seen.sum() - before_seen.sum() == len(tree)
+    assert budget.accepted.sum() - before_acc.sum() == 2
+    budget = DraftBudget(FLAT, max_draft=16)
+    budget.observe(tree, [3, 4])  # the emitted tokens end on node 3-4: 3-4-5 is unknown
+    assert budget.seen.sum() - before_seen.sum() == len(tree) - 1
+
+
+def test_learning_moves_the_choice() -> None:
+    """A curve where 3 nodes cost about one accepted token: learning that the top
+    chain is always right makes verifying it worth while."""
+    curve = {q: 0.040 * (1 + 0.3 * (q - 1)) for q in range(1, 66)}
+    tree = _tree()
+    budget = DraftBudget(curve, max_draft=16)
+    for _ in range(50):
+        budget.observe(tree, [3, 4, 5])
+    assert budget.choose(tree) >= 3
+    p = budget.probabilities(tree)
+    assert np.all((p >= 0) & (p <= 1))
