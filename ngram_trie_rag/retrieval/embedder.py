@@ -93,9 +93,9 @@ class Embedder:
     @property
     def dim(self) -> int:
         model = self.model
-        getter = getattr(model, "get_embedding_dimension", None) or getattr(
-            model, "get_sentence_embedding_dimension"
-        )
+        # sentence-transformers >= 5 renamed the method; older versions only have the old name.
+        getter = getattr(model, "get_embedding_dimension", None)
+        getter = getter or model.get_sentence_embedding_dimension
         return int(getter())
 
     def _encode(self, method: str, texts: Sequence[str], progress: bool | None) -> np.ndarray:

@@ -1,0 +1,150 @@
+"""``index`` subcommand: ``index build DOCS --out DIR`` and ``index query DIR "question"``.
+
+The project CLI calls ``add_parser(subparsers)`` and then ``args.func(args)``. Heavy
+imports (torch, sentence-transformers, faiss) happen inside the handlers, so ``--help``
+stays instant. User errors print one ``error: ...`` line to stderr and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+from .chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
+from .errors import RetrievalError
+
+EXIT_USAGE = 2
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(EXIT_USAGE)
+
+
+def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn expected failures into one stderr line + exit 2; real bugs still raise."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (RetrievalError, OSError, ImportError) as exc:
+            _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return EXIT_USAGE  # unreachable; keeps type checkers happy
+
+    run.__doc__ = handler.__doc__
+    return run
+
+
+def _build(args: argparse.Namespace) -> int:
+    """Load + chunk + embed DOCS_DIR and save the index to --out."""
+    from .retriever import Retriever
+
+    if not 0 <= args.overlap < args.chunk_size:
+        raise RetrievalError(
+            f"--overlap must be in [0, --chunk-size), got {args.overlap} for {args.chunk_size}"
+        )
+    retriever = Retriever.build(
+        args.docs,
+        embedder=args.embedder,
+        factory=args.factory,
+        nprobe=args.nprobe,
+        chunk_size=args.chunk_size,
+        overlap=args.overlap,
+    )
+    retriever.save(args.out)
+    index = retriever.index
+    print(
+        f"indexed {len(index)} passages from {args.docs} into {args.out} "
+        f"(factory {index.factory}, embedder {index.embedder_name})"
+    )
+    return 0
+
+
+def _make_reranker(args: argparse.Namespace) -> Any:
+    if args.rerank == "none":
+        return None
+    from .llm_reranker import LLMReranker
+
+    method = "query_likelihood" if args.rerank == "llm-ql" else "yes_no"
+    if args.model:
+        from ngram_trie_rag.loading import load_model
+
+        model, tokenizer = load_model(args.model)
+        return LLMReranker(model, tokenizer, method=method)
+    return LLMReranker(method=method)
+
+
+def _query(args: argparse.Namespace) -> int:
+    """Print the top passages for a question over a saved index."""
+    from .retriever import Retriever
+
+    if args.k < 1 or args.top_k < 1:
+        raise RetrievalError("--k and --top-k must be >= 1")
+    retriever = Retriever.load(
+        args.index, reranker=_make_reranker(args), top_k=max(args.top_k, args.k), top_n=args.k
+    )
+    if args.nprobe is not None:
+        retriever.index.nprobe = args.nprobe
+    passages = retriever.retrieve(args.question)
+    if args.json:
+        rows = [{"rank": rank, **p.to_dict()} for rank, p in enumerate(passages, start=1)]
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+        return 0
+    if not passages:
+        print("no passages found")
+    for rank, p in enumerate(passages, start=1):
+        print(f"{rank}. score {p.score:.4f}  {p.source}  [{p.id}]")
+        print(textwrap.indent(textwrap.shorten(p.text, width=400, placeholder=" ..."), "   "))
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``index`` (with ``build`` and ``query``) on the project's subparsers."""
+    parser = subparsers.add_parser(
+        "index", help="build or query a retrieval index over documents",
+        description="Build a FAISS index over a folder of documents, or query one.",
+    )
+    actions = parser.add_subparsers(dest="index_command", metavar="{build,query}")
+
+    def missing_action(args: argparse.Namespace) -> int:
+        parser.print_usage(sys.stderr)
+        _fail("index needs an action: build or query")
+        return EXIT_USAGE
+
+    parser.set_defaults(func=missing_action)
+
+    build = actions.add_parser(
+        "build", help="index a folder of .txt/.md/.rst/.html/.pdf/.json/.jsonl documents"
+    )
+    build.add_argument("docs", metavar="DOCS_DIR", help="folder (recursive) or document file")
+    build.add_argument("--out", required=True, metavar="INDEX_DIR", help="where to save")
+    build.add_argument("--embedder", default=None, metavar="NAME_OR_PATH",
+                       help="sentence-transformers model (default: packaged all-MiniLM-L6-v2)")
+    build.add_argument("--factory", default=None, metavar="STR",
+                       help="FAISS factory string (default: Flat below 10k passages, else IVF-PQ)")
+    build.add_argument("--nprobe", type=int, default=None, help="IVF lists searched (default 16)")
+    build.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, metavar="N",
+                       help=f"words per passage (default {DEFAULT_CHUNK_SIZE})")
+    build.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP, metavar="N",
+                       help=f"words shared by consecutive passages (default {DEFAULT_OVERLAP})")
+    build.set_defaults(func=_guarded(_build))
+
+    query = actions.add_parser("query", help="print the top passages for a question")
+    query.add_argument("index", metavar="INDEX_DIR")
+    query.add_argument("question")
+    query.add_argument("--k", type=int, default=5, help="passages to print (default 5)")
+    query.add_argument("--top-k", type=int, default=100,
+                       help="candidates fetched before reranking (default 100)")
+    query.add_argument("--rerank", choices=("none", "llm", "llm-ql"), default="none",
+                       help="rerank candidates with the LLM: 'llm' scores the yes/no answer "
+                       "log-odds, 'llm-ql' the query likelihood (better with small LLMs)")
+    query.add_argument("--model", default=None, metavar="PATH",
+                       help="LLM folder for --rerank llm (default: packaged SmolLM2)")
+    query.add_argument("--nprobe", type=int, default=None, help="override the saved nprobe")
+    query.add_argument("--json", action="store_true", help="print JSON instead of text")
+    query.set_defaults(func=_guarded(_query))
+    return parser

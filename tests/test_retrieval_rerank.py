@@ -1,0 +1,105 @@
+"""Rerankers: the LLM yes/no reranker with the project's default model, and the
+CrossEncoder path with a tiny offline-built model (or a real one if configured)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ngram_trie_rag.retrieval import CrossEncoderReranker, LLMReranker, Passage, Reranker
+from ngram_trie_rag.retrieval.testing import build_tiny_cross_encoder
+
+IRRELEVANT = [
+    "The mitochondrion is the organelle that produces most of the energy of a cell.",
+    "A football team has eleven players on the field, including one goalkeeper.",
+    "Photosynthesis turns sunlight, water and carbon dioxide into glucose and oxygen.",
+]
+
+
+def candidates(relevant: str, position: int) -> list[Passage]:
+    texts = list(IRRELEVANT)
+    texts.insert(position, relevant)
+    return [
+        Passage(id=f"p{i}", text=t, source="test", score=1.0 - 0.1 * i)
+        for i, t in enumerate(texts)
+    ]
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    from ngram_trie_rag.loading import load_model
+
+    return load_model()
+
+
+@pytest.fixture(scope="module", params=["yes_no", "query_likelihood"])
+def llm_reranker(request, model_and_tokenizer) -> LLMReranker:
+    model, tokenizer = model_and_tokenizer
+    return LLMReranker(model, tokenizer, method=request.param, batch_size=4)
+
+
+@pytest.mark.parametrize(
+    ("query", "relevant"),
+    [
+        ("What is the capital of France?",
+         "Paris is the capital and largest city of France, on the river Seine."),
+        ("How many legs does a spider have?",
+         "Spiders are arachnids: they have eight legs and two body segments."),
+    ],
+)
+def test_llm_reranker_puts_the_relevant_passage_first(
+    llm_reranker: LLMReranker, query: str, relevant: str
+) -> None:
+    ranked = llm_reranker.rerank(query, candidates(relevant, position=3), top_n=4)
+    assert ranked[0].text == relevant
+    assert [p.score for p in ranked] == sorted((p.score for p in ranked), reverse=True)
+    assert ranked[0].metadata["retrieval_score"] == pytest.approx(0.7)
+
+
+def test_llm_reranker_batching_does_not_change_scores(llm_reranker: LLMReranker) -> None:
+    texts = [p.text for p in candidates("Paris is the capital of France.", 0)]
+    texts.append("A much longer passage " * 20)  # forces real left padding in the batch
+    batched = llm_reranker.score("What is the capital of France?", texts)
+    single = np.array([llm_reranker.score("What is the capital of France?", [t])[0] for t in texts])
+    np.testing.assert_allclose(batched, single, atol=2e-3)
+
+
+def test_llm_reranker_contract(llm_reranker: LLMReranker) -> None:
+    assert isinstance(llm_reranker, Reranker)
+    assert llm_reranker.rerank("q", [], top_n=5) == []
+    assert len(llm_reranker.rerank("q", candidates("x", 0), top_n=2)) == 2
+    prompt = llm_reranker.build_prompt("Who?", "word " * 1000)
+    assert prompt.endswith(("Answer:", "Question:"))
+    assert len(llm_reranker.tokenizer.encode(prompt)) < 400
+    with pytest.raises(ValueError, match="both model and tokenizer"):
+        LLMReranker(llm_reranker.model, None)
+    with pytest.raises(ValueError, match="top_n"):
+        llm_reranker.rerank("q", candidates("x", 0), top_n=0)
+    with pytest.raises(ValueError, match="method"):
+        LLMReranker(llm_reranker.model, llm_reranker.tokenizer, method="vibes")  # type: ignore
+
+
+def test_cross_encoder_reranker_with_tiny_model(tmp_path: Path) -> None:
+    reranker = CrossEncoderReranker(build_tiny_cross_encoder(tmp_path / "ce"), batch_size=2)
+    passages = candidates("Paris is the capital of France.", 1)
+    ranked = reranker.rerank("capital of France", passages, top_n=3)
+    assert len(ranked) == 3 and isinstance(reranker, Reranker)
+    scores = reranker.score("capital of France", [p.text for p in passages])
+    assert scores.shape == (4,)
+    expected = [passages[i].id for i in np.argsort(-scores, kind="stable")[:3]]
+    assert [p.id for p in ranked] == expected
+    assert [p.score for p in ranked] == pytest.approx(sorted(scores, reverse=True)[:3], abs=1e-6)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("NGRAM_TRIE_RAG_CROSS_ENCODER"),
+    reason="set NGRAM_TRIE_RAG_CROSS_ENCODER to a local cross-encoder (e.g. bge-reranker-v2-m3)",
+)
+def test_real_cross_encoder_ranks_relevant_first() -> None:
+    reranker = CrossEncoderReranker(os.environ["NGRAM_TRIE_RAG_CROSS_ENCODER"])
+    relevant = "Paris is the capital and largest city of France."
+    ranked = reranker.rerank("What is the capital of France?", candidates(relevant, 2), top_n=1)
+    assert ranked[0].text == relevant
