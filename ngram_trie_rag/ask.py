@@ -82,14 +82,15 @@ class Session:
                 raise AskError(f"{d}: no such file or folder")
         if args.k < 1 or args.candidates < 1 or args.max_new_tokens < 1:
             raise AskError("--k, --candidates and --max-new-tokens must be at least 1")
-        _status("loading the model ...", args.json)
-        self.gen = SpeculativeGenerator.from_pretrained(args.model, dtype=args.dtype)
-        reranker = (LLMReranker(self.gen.model, self.gen.tokenizer)
-                    if args.rerank == "llm" else None)
+        # Documents first: a bad folder should fail before the model is loaded.
         _status("indexing the documents (cached after the first run) ...", args.json)
         source = docs[0] if len(docs) == 1 else docs
-        self.retriever = load_or_build(source, args.cache_dir, reranker=reranker,
+        self.retriever = load_or_build(source, args.cache_dir,
                                        top_k=max(args.candidates, args.k), top_n=args.k)
+        _status("loading the model ...", args.json)
+        self.gen = SpeculativeGenerator.from_pretrained(args.model, dtype=args.dtype)
+        if args.rerank == "llm":
+            self.retriever.reranker = LLMReranker(self.gen.model, self.gen.tokenizer)
 
     def answer(self, question: str) -> dict:
         from .prompts import rag_messages
