@@ -9,8 +9,16 @@ from pathlib import Path
 import pytest
 
 from ngram_trie_rag.retrieval.cli import add_parser
+from ngram_trie_rag.retrieval.testing import limited_threads
 
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "examples" / "sample_docs"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Oversubscribed shared CPU: one thread is several times faster (see limited_threads)."""
+    with limited_threads(1):
+        yield
 
 
 def run_cli(argv: list[str]) -> int:
@@ -107,6 +115,9 @@ def test_errors_are_one_line_exit_2(
     assert "overlap" in _expect_usage_error(
         ["index", "build", str(SAMPLE_DOCS), "--out", out, "--chunk-size", "10",
          "--overlap", "10"], capsys
+    )
+    assert "cannot load embedder" in _expect_usage_error(
+        ["index", "build", str(SAMPLE_DOCS), "--out", out, "--embedder", str(tmp_path)], capsys
     )
     assert "index not found" in _expect_usage_error(
         ["index", "query", str(tmp_path / "nope"), "question"], capsys

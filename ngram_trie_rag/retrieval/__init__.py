@@ -24,6 +24,7 @@ _EXPORTS = {
     "IndexBuildError": "errors",
     "IndexLoadError": "errors",
     "IndexSaveError": "errors",
+    "ModelLoadError": "errors",
     "chunk_text": "chunking",
     "chunk_documents": "chunking",
     "load_documents": "loaders",
@@ -52,6 +53,7 @@ __all__ = [
     "IndexLoadError",
     "IndexSaveError",
     "LLMReranker",
+    "ModelLoadError",
     "PAPER_FACTORY",
     "Passage",
     "Reranker",
@@ -76,6 +78,7 @@ if TYPE_CHECKING:
         IndexBuildError,
         IndexLoadError,
         IndexSaveError,
+        ModelLoadError,
         RetrievalError,
     )
     from .formats import SUPPORTED_SUFFIXES

@@ -69,7 +69,7 @@ def _make_reranker(args: argparse.Namespace) -> Any:
         return None
     from .llm_reranker import LLMReranker
 
-    method = "query_likelihood" if args.rerank == "llm-ql" else "yes_no"
+    method = "yes_no" if args.rerank == "llm-yesno" else "query_likelihood"
     if args.model:
         from ngram_trie_rag.loading import load_model
 
@@ -139,9 +139,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     query.add_argument("--k", type=int, default=5, help="passages to print (default 5)")
     query.add_argument("--top-k", type=int, default=100,
                        help="candidates fetched before reranking (default 100)")
-    query.add_argument("--rerank", choices=("none", "llm", "llm-ql"), default="none",
-                       help="rerank candidates with the LLM: 'llm' scores the yes/no answer "
-                       "log-odds, 'llm-ql' the query likelihood (better with small LLMs)")
+    query.add_argument("--rerank", choices=("none", "llm", "llm-yesno"), default="none",
+                       help="rerank candidates with the LLM: 'llm' scores the query "
+                       "likelihood given the passage, 'llm-yesno' the yes/no answer log-odds "
+                       "(needs an instruction-following LLM)")
     query.add_argument("--model", default=None, metavar="PATH",
                        help="LLM folder for --rerank llm (default: packaged SmolLM2)")
     query.add_argument("--nprobe", type=int, default=None, help="override the saved nprobe")

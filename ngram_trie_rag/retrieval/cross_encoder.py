@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .embedder import default_device
+from .embedder import _first_line, default_device
+from .errors import ModelLoadError
 from .reranker_base import BaseReranker
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -51,10 +52,10 @@ class CrossEncoderReranker(BaseReranker):
                 self._model = CrossEncoder(
                     self.name, device=self.device or default_device(), max_length=self.max_length
                 )
-            except OSError as exc:
-                raise OSError(
+            except (OSError, ValueError) as exc:
+                raise ModelLoadError(
                     f"cannot load cross-encoder {self.name!r}: not a local folder nor in the "
-                    "offline Hugging Face cache"
+                    f"offline Hugging Face cache ({_first_line(exc)})"
                 ) from exc
         return self._model
 

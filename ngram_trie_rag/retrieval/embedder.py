@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import ModelLoadError
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 DEFAULT_EMBEDDER = "sentence-transformers/all-MiniLM-L6-v2"
@@ -55,6 +57,10 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 class Embedder:
     """Batched sentence embeddings; ``encode(texts) -> float32 (N, dim)``, rows unit-norm."""
 
@@ -83,10 +89,10 @@ class Embedder:
                 self._model = SentenceTransformer(
                     self._load_from, device=self.device or default_device()
                 )
-            except OSError as exc:
-                raise OSError(
+            except (OSError, ValueError) as exc:
+                raise ModelLoadError(
                     f"cannot load embedder {self.name!r}: not a local sentence-transformers "
-                    "folder nor in the offline Hugging Face cache"
+                    f"folder nor in the offline Hugging Face cache ({_first_line(exc)})"
                 ) from exc
         return self._model
 

@@ -27,3 +27,7 @@ class IndexLoadError(RetrievalError):
 
 class IndexSaveError(RetrievalError):
     """An index cannot be saved where asked (e.g. the target is a non-index folder)."""
+
+
+class ModelLoadError(RetrievalError):
+    """An embedder or cross-encoder cannot be loaded from its name or path (offline)."""

@@ -2,7 +2,12 @@
 
 Two scoring methods, both one forward pass per (query, passage):
 
-``method="yes_no"`` (default; the bge-reranker-v2-gemma recipe). The prompt
+``method="query_likelihood"`` (default; UPR, Sachan et al. 2022): the mean log-probability
+of the query's tokens after "Passage: {passage}\\nPlease write a question based on this
+passage.\\nQuestion:". It needs no instruction following, only language modelling, so it
+works with the project's 135M default model.
+
+``method="yes_no"`` (the bge-reranker-v2-gemma recipe). The prompt
 
     Query: {query}
     Passage: {passage}
@@ -10,12 +15,9 @@ Two scoring methods, both one forward pass per (query, passage):
     Answer:
 
 is scored by logsumexp(logits of " yes"/" Yes") - logsumexp(logits of " no"/" No") at the
-last position: the log-odds of "yes" among the two answers.
-
-``method="query_likelihood"`` (UPR, Sachan et al. 2022): the mean log-probability of the
-query's tokens after "Passage: {passage}\\nPlease write a question based on this
-passage.\\nQuestion:". Small models follow a yes/no instruction poorly but are decent
-language models, so this ranks better with the 135M default (see docs/retrieval.md).
+last position: the log-odds of "yes" among the two answers. It needs an LLM that follows
+the instruction; SmolLM2-135M does not (measured in docs/retrieval.md: it ranks the gold
+passage first less often than no reranking at all), hence it is not the default.
 
 Batching uses left padding with explicit position ids (the count of real tokens so far),
 so a padded prompt gets the same positions, hence the same score up to float rounding, as
@@ -63,7 +65,7 @@ class LLMReranker(BaseReranker):
         model: Any = None,
         tokenizer: Any = None,
         *,
-        method: Method = "yes_no",
+        method: Method = "query_likelihood",
         prompt: str | None = None,
         batch_size: int = 8,
         max_passage_tokens: int = 256,
