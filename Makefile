@@ -29,7 +29,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -q --durations=20 --nbmake tests integrations examples
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q --durations=20 --nbmake --nbmake-timeout=1200 tests integrations examples
 
 test-fast: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow and not stress"

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ngram_trie_rag.retrieval import (
     DocumentLoadError,
@@ -76,6 +78,27 @@ def test_chunk_edge_cases() -> None:
         chunk_text("a b", "x", chunk_size=10, overlap=10)
     with pytest.raises(ValueError, match="chunk_size"):
         chunk_text("a b", "x", chunk_size=0, overlap=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n_words=st.integers(0, 400),
+    chunk_size=st.integers(1, 120),
+    overlap_fraction=st.floats(0, 0.95),
+)
+def test_chunk_invariants(n_words: int, chunk_size: int, overlap_fraction: float) -> None:
+    overlap = min(chunk_size - 1, int(chunk_size * overlap_fraction))
+    words = [f"w{i}" for i in range(n_words)]
+    passages = chunk_text("  ".join(words), "s", chunk_size=chunk_size, overlap=overlap)
+    chunks = [p.text.split() for p in passages]
+    # Every word is covered, in order, and no chunk is longer than chunk_size.
+    assert sorted({w for c in chunks for w in c}, key=lambda w: int(w[1:])) == words
+    assert all(1 <= len(c) <= chunk_size for c in chunks)
+    for before, after in zip(chunks, chunks[1:], strict=False):
+        assert before[-overlap:] == after[:overlap] if overlap else before[-1] != after[0]
+    # No chunk lies entirely inside the previous one (no useless tail chunk).
+    for before, after in zip(chunks, chunks[1:], strict=False):
+        assert after[-1] not in before
 
 
 # --- formats ------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ def test_tree_sampling_matches_model_distribution() -> None:
     samples, multi = [], 0
     for seed in range(2500):
         res = gen.generate(PROMPT, documents=docs, max_new_tokens=length, temperature=0.8,
+                           num_draft=8,
                            top_k=8, seed=seed)
         samples.append(tuple(res.token_ids))
         multi += any(a > 1 for a in res.stats.accept_lengths)

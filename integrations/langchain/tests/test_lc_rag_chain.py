@@ -29,7 +29,7 @@ def rag_chain(retriever, fmt, prompt, llm):
 
 @pytest.fixture(scope="module")
 def chain(retriever, fmt, rag_prompt):
-    return rag_chain(retriever, fmt, rag_prompt, ChatNGramTrie(max_tokens=TOKENS))
+    return rag_chain(retriever, fmt, rag_prompt, ChatNGramTrie(max_tokens=TOKENS, num_draft=8))
 
 
 @pytest.fixture(scope="module")
