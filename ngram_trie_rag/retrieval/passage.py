@@ -43,10 +43,10 @@ class Passage:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def with_score(self, score: float, **metadata: Any) -> Passage:
-        """A copy with ``score`` set, so stored passages are never mutated by a search."""
-        return dataclasses.replace(
-            self, score=float(score), metadata={**self.metadata, **metadata}
-        )
+        """A copy with ``score`` set, so stored passages are never mutated by a search.
+        (Direct construction: ``dataclasses.replace`` was most of the search time for
+        k=100 on a 170k-vector IVF-PQ index.)"""
+        return Passage(self.id, self.text, self.source, float(score), {**self.metadata, **metadata})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
