@@ -20,10 +20,8 @@ from the real steps' timings.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -108,14 +106,9 @@ class DraftBudget:
         np.add.at(self.seen, idx, 1.0)
 
 
-def latency_curve(model, cache_file: Path | None = None, past_len: int = 512,
+def latency_curve(model, past_len: int = 512,
                   sizes: Sequence[int] = SIZES, repeats: int = 2) -> dict[int, float]:
     """Seconds per forward of ``1 + K`` new tokens after ``past_len`` cached ones."""
-    if cache_file is not None and cache_file.is_file():
-        try:
-            return {int(q): float(t) for q, t in json.loads(cache_file.read_text()).items()}
-        except (ValueError, OSError):
-            pass  # unreadable cache: measure again
     from .kv_cache import new_cache
 
     device = model.device
@@ -141,12 +134,6 @@ def latency_curve(model, cache_file: Path | None = None, past_len: int = 512,
                     layer.keys = layer.keys[:, :, :past_len]
                     layer.values = layer.values[:, :, :past_len]
             curve[q] = best
-    if cache_file is not None:
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            cache_file.write_text(json.dumps(curve))
-        except OSError:
-            pass  # read-only cache: measure again next time
     return curve
 
 

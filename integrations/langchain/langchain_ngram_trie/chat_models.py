@@ -24,8 +24,6 @@ from .registry import call_run_ids
 from .settings import NGramTrieSettings, Request
 from .threads import iterate_blocking, run_blocking
 
-PROVIDER = "ngram_trie"
-
 
 class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
     """Chat model whose answers are sped up by drafting from the retrieved documents.
@@ -58,18 +56,7 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
         return self._settings_params()
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
-        model = kwargs.get("model")
-        params = LangSmithParams(
-            ls_provider=PROVIDER,
-            ls_model_name=model if isinstance(model, str) else self.model_label,
-            ls_model_type="chat",
-            ls_temperature=kwargs.get("temperature", self.temperature),
-            ls_max_tokens=kwargs.get("max_tokens", self.max_tokens),
-        )
-        stop = stop or self.stop
-        if stop:
-            params["ls_stop"] = list(stop)
-        return params
+        return LangSmithParams(**self._ls_params("chat", stop, kwargs))
 
     # ---- whole answers ----------------------------------------------------------------------
     def _chat_request(self, messages: list[BaseMessage], stop: list[str] | None,

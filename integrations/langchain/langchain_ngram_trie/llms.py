@@ -19,7 +19,6 @@ from langchain_core.language_models import BaseLLM, LangSmithParams, LanguageMod
 from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from .chat_models import PROVIDER
 from .metadata import speculative_stats, usage_metadata
 from .registry import call_run_ids
 from .settings import NGramTrieSettings, Request
@@ -48,18 +47,7 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
         return self._settings_params()
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
-        model = kwargs.get("model")
-        params = LangSmithParams(
-            ls_provider=PROVIDER,
-            ls_model_name=model if isinstance(model, str) else self.model_label,
-            ls_model_type="llm",
-            ls_temperature=kwargs.get("temperature", self.temperature),
-            ls_max_tokens=kwargs.get("max_tokens", self.max_tokens),
-        )
-        stop = stop or self.stop
-        if stop:
-            params["ls_stop"] = list(stop)
-        return params
+        return LangSmithParams(**self._ls_params("llm", stop, kwargs))
 
     # ---- one input per run --------------------------------------------------------------------
     def batch(self, inputs: list[LanguageModelInput],

@@ -22,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .documents import DraftDocuments, choose_documents
 from .generators import shared_generator
 
+PROVIDER = "ngram_trie"  # LangSmith provider name
+
 # Per-call keywords that map onto generator options (LangChain's name -> the core's).
 CALL_OPTIONS = {"max_tokens": "max_new_tokens", "temperature": "temperature",
                 "top_p": "top_p", "top_k": "top_k", "seed": "seed", "num_draft": "num_draft",
@@ -106,6 +108,22 @@ class NGramTrieSettings(BaseModel):
         if self.generator is not None:
             return self.generator.model_name
         return self.model or DEFAULT_MODEL_NAME
+
+    def _ls_params(self, model_type: str, stop: list[str] | None,
+                   kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """LangSmith tracing parameters shared by the chat model and the string LLM."""
+        model = kwargs.get("model")
+        params: dict[str, Any] = {
+            "ls_provider": PROVIDER,
+            "ls_model_name": model if isinstance(model, str) else self.model_label,
+            "ls_model_type": model_type,
+            "ls_temperature": kwargs.get("temperature", self.temperature),
+            "ls_max_tokens": kwargs.get("max_tokens", self.max_tokens),
+        }
+        stop = stop or self.stop
+        if stop:
+            params["ls_stop"] = list(stop)
+        return params
 
     def _settings_params(self) -> dict[str, Any]:
         return {"model": self.model_label, "device": self.device, "dtype": self.dtype,
