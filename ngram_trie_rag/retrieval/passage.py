@@ -53,11 +53,18 @@ class Passage:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Passage:
-        """Inverse of :meth:`to_dict`; a missing key raises ``KeyError`` (a bad store)."""
+        """Inverse of :meth:`to_dict`. A bad record raises ``KeyError`` (missing field),
+        ``TypeError`` (wrong type) or ``ValueError`` (a score that is not a number); the
+        store turns each into an ``IndexLoadError``."""
+        if not isinstance(data, dict):
+            raise TypeError(f"a passage record must be an object, not {type(data).__name__}")
+        metadata = data.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise TypeError(f"passage metadata must be an object, not {metadata!r}")
         return cls(
             id=str(data["id"]),
             text=str(data["text"]),
             source=str(data["source"]),
             score=None if data.get("score") is None else float(data["score"]),
-            metadata=dict(data.get("metadata") or {}),
+            metadata=dict(metadata),
         )

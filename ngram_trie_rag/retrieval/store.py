@@ -30,6 +30,7 @@ import numpy as np
 
 from .errors import IndexLoadError, IndexSaveError
 from .passage import Passage
+from .policy import factory_nlist
 
 FORMAT_NAME = "ngram-trie-rag-index"
 FORMAT_VERSION = 1
@@ -140,7 +141,7 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
         raise IndexLoadError(f"{folder} is not an index: {MANIFEST} is missing")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8
         raise IndexLoadError(f"cannot read {path}: corrupted manifest ({exc})") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise IndexLoadError(f"{path} is not an ngram-trie-rag index manifest")
@@ -194,7 +195,7 @@ def read_index_dir(path: str | os.PathLike) -> StoredIndex:
             for line in passages_bytes.decode("utf-8").splitlines()
             if line.strip()
         ]
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise IndexLoadError(f"cannot parse {folder / PASSAGES_FILE}: {exc}") from exc
     count, dim = manifest["count"], manifest["dim"]
     if index.ntotal != count or len(passages) != count or index.d != dim:
@@ -202,4 +203,33 @@ def read_index_dir(path: str | os.PathLike) -> StoredIndex:
             f"index {folder} is inconsistent: manifest says {count} vectors of dim {dim}, "
             f"found {index.ntotal} vectors of dim {index.d} and {len(passages)} passages"
         )
+    _check_recipe(folder, manifest, index)
     return StoredIndex(index=index, passages=passages, manifest=manifest)
+
+
+def _check_recipe(folder: Path, manifest: dict[str, Any], index: Any) -> None:
+    """The manifest's ``factory`` and ``nprobe`` are applied to the loaded index, so they
+    must describe it: a string whose IVF list count is the index's own, and nprobe a
+    positive int (IVF only) or null."""
+    import faiss
+
+    factory, nprobe = manifest["factory"], manifest["nprobe"]
+    if factory is not None and not isinstance(factory, str):
+        raise IndexLoadError(f"{folder / MANIFEST}: factory {factory!r} is not a string")
+    expected = factory_nlist(factory or "")
+    ivf = faiss.try_extract_index_ivf(index)
+    nlist = None if ivf is None else int(ivf.nlist)
+    # An empty index is stored as a Flat placeholder and re-created by the first add.
+    if index.ntotal and expected != nlist:
+        raise IndexLoadError(
+            f"index {folder} is inconsistent: manifest factory {factory!r} does not describe "
+            f"the stored index ({'IVF' + str(nlist) if nlist else 'not IVF'}); rebuild the index"
+        )
+    bad_nprobe = nprobe is not None and (
+        isinstance(nprobe, bool) or not isinstance(nprobe, int) or nprobe < 1 or expected is None
+    )
+    if bad_nprobe:
+        raise IndexLoadError(
+            f"{folder / MANIFEST}: nprobe {nprobe!r} does not fit the index (a positive int "
+            "for IVF indexes, null otherwise); rebuild the index"
+        )

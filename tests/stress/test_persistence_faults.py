@@ -193,8 +193,6 @@ def load_error_only(folder: Path, embedder: Embedder) -> None:
         Retriever.load(folder, embedder=embedder)
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError,
-                   reason="json.loads RecursionError escapes the manifest reader")
 def test_deeply_nested_manifest_is_an_index_load_error(saved: Saved, embedder: Embedder,
                                                        tmp_path: Path) -> None:
     folder = fresh_copy(saved, tmp_path)
@@ -202,8 +200,6 @@ def test_deeply_nested_manifest_is_an_index_load_error(saved: Saved, embedder: E
     load_error_only(folder, embedder)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="Passage.from_dict ValueError is not caught by the passages reader")
 @pytest.mark.parametrize("edit", [(b'"score": null', b'"score": "high"'),
                                   (b'"metadata": {}', b'"metadata": "none"')])
 def test_passage_record_with_wrong_types_is_an_index_load_error(
@@ -215,8 +211,6 @@ def test_passage_record_with_wrong_types_is_an_index_load_error(
     load_error_only(folder, embedder)
 
 
-@pytest.mark.xfail(strict=True, raises=(RuntimeError, ValueError),
-                   reason="manifest factory/nprobe are applied to FAISS without validation")
 @pytest.mark.parametrize("fields", [{"factory": "IVF16,Flat", "nprobe": 4},
                                     {"factory": "IVF16,Flat", "nprobe": "four"}])
 def test_manifest_recipe_that_does_not_fit_the_index_is_an_index_load_error(
