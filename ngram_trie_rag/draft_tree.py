@@ -28,6 +28,7 @@ class DraftTree:
     match_len: int = 0  # how many trailing tokens matched the trie (0: no match)
     recency: np.ndarray | None = None  # (N,) newest occurrence position, for tie-breaking
     rank: np.ndarray | None = None  # (N,) position in the drafter's ranking, 0 = best
+    node_match: np.ndarray | None = None  # (N,) match length per node, when they differ
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -35,6 +36,12 @@ class DraftTree:
     @property
     def max_depth(self) -> int:
         return int(self.depths.max()) if len(self) else 0
+
+    def node_matches(self) -> np.ndarray:
+        """(N,) the match length each node continues (``match_len`` unless per node)."""
+        if self.node_match is not None:
+            return self.node_match
+        return np.full(len(self), self.match_len, dtype=np.int64)
 
     def ranks(self) -> np.ndarray:
         """Ranking of the nodes (pre-order when the drafter gave none)."""
@@ -52,7 +59,8 @@ class DraftTree:
         parents = np.where(parents >= 0, remap[np.maximum(parents, 0)], -1)
         return DraftTree(self.tokens[keep], parents, self.depths[keep],
                          self.frequencies[keep] if self.frequencies.size else self.frequencies,
-                         self.match_len, None, self.ranks()[keep])
+                         self.match_len, None, self.ranks()[keep],
+                         None if self.node_match is None else self.node_match[keep])
 
     def path_nodes(self, tokens: list[int]) -> list[int]:
         """Indices of the nodes along ``tokens`` from the top, as far as the tree has them."""

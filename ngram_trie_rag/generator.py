@@ -47,7 +47,7 @@ class DraftConfig:
     n: int = 13
     prefix_len: int = 3
     num_draft: int = 32  # the most nodes verified per step (the budget's cap when adaptive)
-    method: str = "trie"  # "trie" (paper), "chain" (prompt lookup), "none" (plain)
+    method: str = "trie"  # "trie" (paper), "backoff", "chain" (prompt lookup), "none"
     adaptive: bool = True  # choose num_draft per step from latency and acceptance
     max_trie_tokens: int = 1 << 20
 
@@ -183,7 +183,7 @@ class SpeculativeGenerator:
             stop: stop strings; the text ends before the first one (not emitted).
             num_draft: pin the number of verified draft nodes for this call (by default
                 it adapts per step, up to ``config.num_draft``).
-            method: ``"trie"``, ``"chain"`` or ``"none"`` for this call.
+            method: ``"trie"``, ``"backoff"``, ``"chain"`` or ``"none"`` for this call.
         """
         if max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")

@@ -23,6 +23,12 @@ def propose_tree(trie: NGramTrie, tail: Sequence[int], num_draft: int,
     return trie.draft(tail, num_draft, max_depth)
 
 
+def propose_backoff(trie: NGramTrie, tail: Sequence[int], num_draft: int,
+                    max_depth: int) -> DraftTree:
+    """The paper's draft over the union of every back-off length's subtree."""
+    return trie.draft_backoff(tail, num_draft, max_depth)
+
+
 def propose_chain(trie: NGramTrie, tail: Sequence[int], num_draft: int,
                   max_depth: int) -> DraftTree:
     """Prompt-lookup style: copy what followed the most recent longest match.
@@ -50,6 +56,7 @@ def propose_none(trie: NGramTrie, tail: Sequence[int], num_draft: int,
 
 PROPOSERS: dict[str, Proposer] = {
     "trie": propose_tree,
+    "backoff": propose_backoff,
     "chain": propose_chain,
     "none": propose_none,
 }

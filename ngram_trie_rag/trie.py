@@ -123,21 +123,27 @@ class NGramTrie:
         would give an empty draft), so the back-off continues past them. ``k == 0``:
         no match, no draft.
         """
+        ends, agree = self._occurrences(tail)
+        if ends.size == 0:
+            return 0, ends
+        k = int(agree.max())
+        return k, ends[agree == k]
+
+    def _occurrences(self, tail: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(ends, agree)``: every position holding ``tail[-1]`` with a following token
+        in its document, and how many of the last L_p tokens agree there (1..L_p)."""
         tail = np.asarray(tail, dtype=np.int64)[-self.prefix_len :]
         if tail.size == 0:
-            return 0, np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         buf = self._buf
         ends = np.flatnonzero(buf[: self._len] == tail[-1])
         ends = ends[buf[ends + 1] != SEP]
-        if ends.size == 0:
-            return 0, ends
         agree = np.ones(ends.size, dtype=np.int64)  # matched length per occurrence
         alive = np.ones(ends.size, dtype=bool)
         for d in range(1, tail.size):
             alive &= buf[ends - d] == tail[-1 - d]
             agree += alive
-        k = int(agree.max())
-        return k, ends[agree == k]
+        return ends, agree
 
     def draft(
         self, tail: Sequence[int] | np.ndarray, num_draft: int, max_depth: int | None = None
@@ -158,20 +164,59 @@ class NGramTrie:
         tree = self._subtree(ends, k, depth)
         return _keep_top(tree, num_draft)
 
-    def _subtree(self, ends: np.ndarray, k: int, depth: int) -> DraftTree:
-        """Materialise the trie below a matched path of length k ending at ``ends``."""
+    def draft_backoff(
+        self, tail: Sequence[int] | np.ndarray, num_draft: int, max_depth: int | None = None
+    ) -> DraftTree:
+        """Like :meth:`draft`, over the union of the matched subtrees at every back-off
+        length L_p..1 instead of the longest match's only.
+
+        When the longest match's continuations are wrong, the shorter matches' are the
+        next best guesses; the paper's draft never offers them. Each node keeps the
+        longest match length among the occurrences it continues (``node_match``) and
+        its frequency under that match, and nodes rank by match length, then frequency,
+        then depth and recency, so the kept set is ancestor-closed and a small budget
+        drafts exactly what :meth:`draft` would.
+        """
+        if num_draft < 1:
+            raise ValueError(f"num_draft must be >= 1, got {num_draft}")
+        ends, agree = self._occurrences(tail)
+        if ends.size == 0:
+            return DraftTree.empty()
+        depth = self.n - 1 if max_depth is None else min(self.n - 1, max_depth)
+        if depth < 1:
+            return DraftTree.empty()
+        tree = self._subtree(ends, agree, depth)
+        return _keep_top(tree, num_draft)
+
+    def _subtree(self, ends: np.ndarray, k: int | np.ndarray, depth: int) -> DraftTree:
+        """Materialise the trie below matched paths ending at ``ends``.
+
+        ``k`` is the match length: one for all occurrences, or (R,) each occurrence's
+        own (how many of the last L_p tokens agree there). With per-occurrence lengths,
+        an occurrence counts at each depth under the longest match whose key still
+        reaches that depth (k + D <= n), and a node keeps the longest match it
+        continues and its frequency under that match: the union of the literal
+        subtrees of every back-off length.
+        """
         buf, n, lp = self._buf, self.n, self.prefix_len
+        per_row = np.ndim(k) > 0
+        k = np.broadcast_to(np.asarray(k, dtype=np.int64), ends.shape)
         cols = np.arange(depth)
         cont = buf[ends[:, None] + 1 + cols]  # (R, depth) continuation tokens
         valid = np.cumprod(cont != SEP, axis=1).astype(bool)  # stays inside the document
-        starts = ends - k + 1  # key start s of each occurrence
-        if lp > 1:
-            back = buf[starts[:, None] - 1 - np.arange(lp - 1)] != SEP
-            before = np.cumprod(back, axis=1).sum(axis=1)  # min(L_p - 1, s - doc_start)
+        if per_row:
+            kc = np.minimum(k[:, None], n - 1 - cols[None, :])  # (R, depth) match per entry
+            valid &= kc >= 1
         else:
-            before = np.zeros(ends.size, dtype=np.int64)
-        trie_depth = k + 1 + cols  # D of each column
-        weight = np.minimum(np.minimum(before[:, None], n - trie_depth[None, :]), lp - 1) + 1
+            kc = np.broadcast_to(k[:, None], cont.shape)
+        starts = ends[:, None] - kc + 1  # key start s of each entry
+        if lp > 1:
+            back = buf[starts[..., None] - 1 - np.arange(lp - 1)] != SEP
+            before = np.cumprod(back, axis=2).sum(axis=2)  # min(L_p - 1, s - doc_start)
+        else:
+            before = np.zeros(cont.shape, dtype=np.int64)
+        trie_depth = kc + 1 + cols[None, :]  # D of each entry
+        weight = np.minimum(np.minimum(before, n - trie_depth), lp - 1) + 1
         weight = np.where(valid, weight, 0)
         cont = np.where(valid, cont, SEP)
 
@@ -179,6 +224,7 @@ class NGramTrie:
         # new nodes row-major then yields depth-first pre-order.
         order = np.lexsort(cont.T[::-1])
         cont, weight, valid, ends = cont[order], weight[order], valid[order], ends[order]
+        kc = kc[order]
         rows = cont.shape[0]
         new = np.ones((rows, depth), dtype=bool)
         if rows > 1:
@@ -190,11 +236,18 @@ class NGramTrie:
         ids = np.where(valid, ids, -1)
         r, c = np.nonzero(new)  # row-major == node-id order
         num = r.size
-        freq = np.bincount(ids[valid], weights=weight[valid], minlength=num).astype(np.int64)
+        node_match = None
+        counted = valid
+        if per_row:  # a node counts only the occurrences of its longest match
+            node_match = np.zeros(num, dtype=np.int64)
+            np.maximum.at(node_match, ids[valid], kc[valid])
+            counted = valid & (kc == node_match[np.maximum(ids, 0)])
+        freq = np.bincount(ids[counted], weights=weight[counted], minlength=num).astype(np.int64)
         recent = np.full(num, -1, dtype=np.int64)
-        np.maximum.at(recent, ids[valid], np.broadcast_to(ends[:, None], valid.shape)[valid])
+        np.maximum.at(recent, ids[counted], np.broadcast_to(ends[:, None], valid.shape)[counted])
         parents = np.where(c > 0, ids[r, np.maximum(c - 1, 0)], -1)
-        return DraftTree(cont[r, c], parents, c + 1, freq, k, recent)
+        return DraftTree(cont[r, c], parents, c + 1, freq, int(k.max(initial=0)), recent,
+                         node_match=node_match)
 
     # ---- inspection (tests, stats) ----------------------------------------------------
     def frequency(self, path: Sequence[int]) -> int:
@@ -233,9 +286,9 @@ class NGramTrie:
 def _keep_top(tree: DraftTree, num_draft: int) -> DraftTree:
     """Rank every node, keep the ``num_draft`` best; the result stays in pre-order."""
     recent = tree.recency if tree.recency is not None else np.zeros(len(tree), np.int64)
-    order = np.lexsort((-recent, tree.depths, -tree.frequencies))  # last key is primary
-    rank = np.empty(len(tree), dtype=np.int64)
+    order = np.lexsort((-recent, tree.depths, -tree.frequencies, -tree.node_matches()))
+    rank = np.empty(len(tree), dtype=np.int64)  # the last lexsort key is the primary one
     rank[order] = np.arange(len(tree))
     ranked = DraftTree(tree.tokens, tree.parents, tree.depths, tree.frequencies,
-                       tree.match_len, recent, rank)
+                       tree.match_len, recent, rank, tree.node_match)
     return ranked.top(num_draft)

@@ -53,6 +53,13 @@ def test_chain_greedy_equals_plain_generate(generator, name, messages, docs) -> 
     _check(generator, messages, docs, "chain")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "messages", "docs"), CHAIN_CASES,
+                         ids=[c[0] for c in CHAIN_CASES])
+def test_backoff_greedy_equals_plain_generate(generator, name, messages, docs) -> None:
+    _check(generator, messages, docs, "backoff")
+
+
 def _check(generator, messages, docs, method: str) -> None:
     ids = generator.encode_prompt(messages)
     expected = _plain_greedy(generator, ids)

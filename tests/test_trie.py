@@ -149,15 +149,20 @@ def test_invalid_tokens_and_budget(fig1: NGramTrie) -> None:
 docs_strategy = st.lists(st.lists(st.integers(0, 5), max_size=14), min_size=1, max_size=3)
 
 
-@settings(max_examples=150, deadline=None)
-@given(docs=docs_strategy, n=st.integers(2, 8), data=st.data())
-def test_property_equals_literal_algorithm(docs: list[list[int]], n: int, data) -> None:
+def _literal_case(docs: list[list[int]], n: int, data) -> tuple:
+    """(L_p, tail, literal {path: frequency}, NGramTrie) for one drawn example."""
     lp = data.draw(st.integers(1, n - 1))
     tail = data.draw(st.lists(st.integers(0, 5), min_size=1, max_size=4))
-    ref = all_paths(build(docs, n, lp))
     trie = NGramTrie(n, lp)
     for d in docs:
         trie.add_document(d)
+    return lp, tail, all_paths(build(docs, n, lp)), trie
+
+
+@settings(max_examples=150, deadline=None)
+@given(docs=docs_strategy, n=st.integers(2, 8), data=st.data())
+def test_property_equals_literal_algorithm(docs: list[list[int]], n: int, data) -> None:
+    lp, tail, ref, trie = _literal_case(docs, n, data)
     assert trie.num_nodes == len(ref)
     for path, freq in ref.items():
         assert trie.frequency(list(path)) == freq
@@ -188,3 +193,41 @@ def test_fuzz_large_vocabulary(seed: int) -> None:
         tree = trie.draft(tail, num_draft=int(rng.integers(1, 64)))
         assert (tree.parents < np.arange(len(tree))).all()
         assert (tree.tokens >= 0).all()
+
+
+def test_backoff_draft_adds_shorter_matches(fig1: NGramTrie) -> None:
+    fig1.add_document([9, 3, 8])  # "3" is also followed by 8, after a different prefix
+    paper = fig1.draft([1, 2, 3], num_draft=100)
+    union = fig1.draft_backoff([1, 2, 3], num_draft=100)
+    assert set(paper.paths()) == {(4,), (4, 5), (4, 5, 6)}  # the 3-token match only
+    assert set(union.paths()) == set(paper.paths()) | {(8,), (4, 5, 6, 7)}
+    match = dict(zip(union.paths(), union.node_matches().tolist(), strict=True))
+    assert match[(4,)] == 3 and match[(8,)] == 1
+    assert match[(4, 5, 6, 7)] == 2  # "2 3" + 4 more tokens still fits n = 6
+    # The longest match's nodes rank first: a small budget drafts what the paper's does.
+    assert set(fig1.draft_backoff([1, 2, 3], num_draft=3).paths()) == set(paper.paths())
+
+
+@settings(max_examples=150, deadline=None)
+@given(docs=docs_strategy, n=st.integers(2, 8), data=st.data())
+def test_backoff_draft_equals_union_of_literal_subtrees(docs: list[list[int]], n: int,
+                                                        data) -> None:
+    lp, tail, ref, trie = _literal_case(docs, n, data)
+    # Literal: below each back-off length k, the subtree of tail[-k:]; a node keeps the
+    # longest k it appears under and its frequency there.
+    union: dict[tuple[int, ...], tuple[int, int]] = {}
+    for k in range(1, min(lp, len(tail)) + 1):
+        key = tuple(tail[-k:])
+        for p, f in ref.items():
+            if p[:k] == key and len(p) > k:
+                union[p[k:]] = (k, f)  # a longer k overwrites a shorter one
+    tree = trie.draft_backoff(tail, num_draft=10**6)
+    got = zip(tree.paths(), tree.node_matches().tolist(), tree.frequencies.tolist(),
+              strict=True)
+    assert {p: (m, f) for p, m, f in got} == union
+    paper = trie.draft(tail, num_draft=10**6)
+    if len(paper):  # the longest match's nodes rank first
+        assert set(trie.draft_backoff(tail, num_draft=len(paper)).paths()) == set(paper.paths())
+    budget = data.draw(st.integers(1, 6))
+    kept = set(trie.draft_backoff(tail, num_draft=budget).paths())
+    assert len(kept) <= budget and all(p[:-1] in kept for p in kept if len(p) > 1)

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from ..loading import ModelNotFoundError
-from .config import METHODS, BenchConfig, SweepConfig
+from .config import METHODS, TREE_METHODS, BenchConfig, SweepConfig
 from .data import EXPECTED_SHAPES, DataFormatError
 from .plots import write_plots
 from .report import bench_table, sweep_tables, write_json
@@ -94,6 +94,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="L_p of the num_draft row (default: %(default)s)")
     sweep.add_argument("--fixed-num-draft", type=int, default=8, metavar="K",
                        help="num_draft of the n x L_p grid (default: %(default)s)")
+    sweep.add_argument("--method", choices=TREE_METHODS, default="trie",
+                       help="tree drafter: trie (the paper's) or backoff (default: trie)")
     sweep.add_argument("--replay", action="store_true",
                        help="accept lengths only, replayed against vanilla's answers")
     sweep.add_argument("--out", required=True, metavar="sweep.json")
@@ -118,7 +120,8 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
     return SweepConfig(**_common(args), ns=args.n, prefix_lens=args.prefix_len,
                        num_drafts=args.num_draft, fixed_n=args.fixed_n,
                        fixed_prefix_len=args.fixed_prefix_len,
-                       fixed_num_draft=args.fixed_num_draft, replay=args.replay)
+                       fixed_num_draft=args.fixed_num_draft, replay=args.replay,
+                       method=args.method)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

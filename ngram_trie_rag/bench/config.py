@@ -7,6 +7,8 @@ from dataclasses import dataclass
 #: Every method the harness knows. ``vanilla`` is the reference for speed and exactness.
 METHODS = ("vanilla", "hf-pld", "chain", "trie")
 REFERENCE = "vanilla"
+#: Tree drafters the sweep can tune.
+TREE_METHODS = ("trie", "backoff")
 
 
 @dataclass
@@ -69,9 +71,13 @@ class SweepConfig(RunConfig):
     fixed_prefix_len: int = 3  # L_p of the num_draft row
     fixed_num_draft: int = 8  # num_draft of the n x L_p grid
     replay: bool = False
+    method: str = "trie"  # the tree drafter: "trie" (paper) or "backoff"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.method not in TREE_METHODS:
+            raise ValueError(f"sweep method must be one of {list(TREE_METHODS)}, "
+                             f"got {self.method!r}")
         _check_positive(fixed_n=self.fixed_n, fixed_prefix_len=self.fixed_prefix_len,
                         fixed_num_draft=self.fixed_num_draft)
         for name in ("ns", "prefix_lens", "num_drafts"):

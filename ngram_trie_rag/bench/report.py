@@ -82,7 +82,8 @@ def sweep_tables(doc: dict) -> str:
     footer = (f"vanilla {fmt(ref['tokens_per_s'], '.1f')} tok/s, decode "
               f"{fmt(ref['decode_tokens_per_s'], '.1f')} tok/s | oracle accept length "
               f"{fmt(meta['oracle_accept_length'])} | {meta['rows_used']} prompts, "
-              f"max_new_tokens {meta['max_new_tokens']}")
+              f"max_new_tokens {meta['max_new_tokens']} | drafter "
+              f"{meta.get('method', 'trie')}")
     return (f"{what}, num_draft={k}\n{grid}\n\n{what}\n{row}\n{footer}")
 
 

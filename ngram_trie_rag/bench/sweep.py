@@ -1,4 +1,4 @@
-"""The paper's hyper-parameter table: the tree drafter over a grid of (n, L_p, num_draft).
+"""The paper's hyper-parameter table: a tree drafter over a grid of (n, L_p, num_draft).
 
 The reference (vanilla greedy) runs once per prompt. Then either every cell runs the
 model (``trie`` method, timed, exactness checked), or, with ``replay``, every cell's
@@ -34,12 +34,12 @@ def cell_label(cell: Cell) -> str:
 
 def replay_cell(gen: SpeculativeGenerator, prompt_ids: list[int],
                 doc_ids: list[list[int]] | None, answer: Sequence[int],
-                max_new_tokens: int | None = None) -> list[int]:
+                max_new_tokens: int | None = None, method: str = "trie") -> list[int]:
     """Accept lengths ``gen`` (with its n, L_p, num_draft) would get producing ``answer``,
     with the draft depth capped by ``max_new_tokens`` exactly as the generator caps it."""
     trie = gen.build_trie(prompt_ids, doc_ids)
     cfg = gen.config
-    return replay_accept_lengths(PROPOSERS["trie"], trie, prompt_ids, list(answer),
+    return replay_accept_lengths(PROPOSERS[method], trie, prompt_ids, list(answer),
                                  cfg.num_draft, cfg.prefix_len, max_new_tokens)
 
 
@@ -56,7 +56,8 @@ def run_sweep(cfg: SweepConfig, generator: SpeculativeGenerator | None = None,
         short = min(WARMUP_TOKENS, cfg.max_new_tokens)
         run_vanilla(gen, prompts[0], short, 0.0)
         if not cfg.replay:
-            run_core(gens[cells[0]], prompts[0], items[0].documents, short, "trie", cells[0][2])
+            run_core(gens[cells[0]], prompts[0], items[0].documents, short, cfg.method,
+                     cells[0][2])
 
     reference: list[Run] = []
     runs: dict[Cell, list[Run]] = {c: [] for c in cells}  # timed cells
@@ -73,12 +74,13 @@ def run_sweep(cfg: SweepConfig, generator: SpeculativeGenerator | None = None,
             doc_ids = gen.encode_documents(item.documents) if item.documents else None
             for c in cells:
                 replayed[c].append(replay_cell(gens[c], ids, doc_ids, ref.token_ids,
-                                                       cfg.max_new_tokens))
+                                               cfg.max_new_tokens, cfg.method))
             per_cell = {c: {"accept_lengths": replayed[c][-1]} for c in cells}
         else:
             for c in rotated(cells, i):
                 # num_draft pinned: the table is about fixed budgets
-                run = run_core(gens[c], ids, item.documents, cfg.max_new_tokens, "trie", c[2])
+                run = run_core(gens[c], ids, item.documents, cfg.max_new_tokens, cfg.method,
+                               c[2])
                 run.exact = run.token_ids == ref.token_ids
                 runs[c].append(run)
             per_cell = {c: runs[c][-1].to_dict() for c in cells}
@@ -95,6 +97,7 @@ def run_sweep(cfg: SweepConfig, generator: SpeculativeGenerator | None = None,
     meta = environment(gen) | {
         "command": command_line(cfg.command), "data": str(cfg.data), "rows_used": len(items),
         "max_new_tokens": cfg.max_new_tokens, "replay": cfg.replay, "warmup": cfg.warmup,
+        "method": cfg.method,
         "ns": list(cfg.ns), "prefix_lens": list(cfg.prefix_lens),
         "num_drafts": list(cfg.num_drafts), "fixed_n": cfg.fixed_n,
         "fixed_prefix_len": cfg.fixed_prefix_len, "fixed_num_draft": cfg.fixed_num_draft,

@@ -68,7 +68,7 @@ class NGramTrieSettings(BaseModel):
     num_draft: int | None = Field(default=None, ge=1)
     """Pin the draft nodes verified per step; ``None`` lets the generator adapt it to
     how well drafts are being accepted and what a wider verification costs."""
-    draft_method: Literal["trie", "chain", "none"] | None = None
+    draft_method: Literal["trie", "backoff", "chain", "none"] | None = None
     """``"trie"`` (default), ``"chain"`` (prompt-lookup style) or ``"none"`` (plain
     decoding, e.g. as a baseline: ``llm.bind(draft_method="none")``)."""
 
