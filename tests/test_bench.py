@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from ngram_trie_rag.bench.methods import with_draft
 from ngram_trie_rag.bench.plots import write_plots
 from ngram_trie_rag.bench.runner import encode_item, rotated
 from ngram_trie_rag.bench.sweep import replay_cell
+from ngram_trie_rag.prompts import rag_prompt
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 RAG = DATA / "spec_bench" / "rag.jsonl"
@@ -160,6 +162,11 @@ def test_sweep_replay(gen: SpeculativeGenerator) -> None:
                       prefix_lens=(3,), num_drafts=(8, 32), replay=True, warmup=0,
                       command="test_sweep")
     doc = run_sweep(cfg, generator=gen, progress=False)
+    backoff = run_sweep(replace(cfg, method="backoff"), generator=gen, progress=False)
+    assert backoff["meta"]["method"] == "backoff"
+    for paper, union in zip(doc["cells"], backoff["cells"], strict=True):
+        assert union["label"] == paper["label"] and union["mean_accept_length"] >= 1.0
+    assert "drafter backoff" in sweep_tables(backoff)
     labels = [c["label"] for c in doc["cells"]]
     assert labels == ["n8-lp3-k8", "n13-lp3-k8", "n13-lp3-k32"]
     for c in doc["cells"]:
@@ -210,6 +217,9 @@ def test_cli_sweep_flags() -> None:
     cfg = sweep_config(args)
     assert (cfg.ns, cfg.prefix_lens, cfg.num_drafts, cfg.replay) == ((8, 13), (2, 3), (8, 64),
                                                                      True)
+    assert cfg.method == "trie"
+    assert sweep_config(_parser().parse_args(
+        ["sweep", "--data", "x", "--method", "backoff", "--out", "s.json"])).method == "backoff"
     # the n x L_p grid at num_draft 8, then the num_draft row at (13, 3), without repeats
     assert cfg.cells() == [(8, 2, 8), (8, 3, 8), (13, 2, 8), (13, 3, 8), (13, 3, 64)]
 
@@ -234,6 +244,8 @@ def test_config_helpers() -> None:
     assert rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
     with pytest.raises(ValueError, match="prefix_len"):
         BenchConfig(data="x", n=3, prefix_len=3)
+    with pytest.raises(ValueError, match="sweep method"):
+        SweepConfig(data="x", method="chain")
     with pytest.raises(ValueError, match="no valid cell"):
         SweepConfig(data="x", ns=(2,), prefix_lens=(3,), num_drafts=(8,), fixed_n=3,
                     fixed_prefix_len=3)
@@ -261,9 +273,8 @@ def test_load_context_question_prefers_documents() -> None:
     row = json.loads(HAGRID.read_text().splitlines()[0])
     assert item.shape == "context"  # not turns[0]: the documents are the draft source
     assert item.documents == [p.strip() for p in row["context"].split("\n\n")]
-    assert item.text.startswith("Answer the question using the documents.\n\nDocument [1]: ")
-    assert item.text.endswith(f"Question: {row['question']}")
-    assert "Document [2]: " in item.text
+    assert item.text == rag_prompt(item.documents, row["question"])
+    assert item.text.startswith("Context:\n" + item.documents[0])
 
 
 def test_load_docs_query(tmp_path: Path) -> None:
@@ -273,9 +284,8 @@ def test_load_docs_query(tmp_path: Path) -> None:
     ])
     a, b = load_items(path)
     assert a.id == "q1" and a.documents == ["Alpha is first.", "Beta is second."]
-    assert a.text == ("Answer the question using the documents.\n\n"
-                      "Document [1]: Alpha is first.\n\nDocument [2]: Beta is second.\n\n"
-                      "Question: Which is first?")
+    assert a.text == ("Context:\nAlpha is first.\n\nBeta is second.\n\n"
+                      "Question: Which is first?\nAnswer the question based on the context.")
     assert b.id == "1"  # no id field: the row's position
 
 

@@ -7,7 +7,8 @@ template, and the texts the drafter copies from. Two kinds of rows exist:
   is the draft source (``documents`` is ``None``).
 - Context QA (``context`` + ``question``, ``docs`` + ``query``, ``ctxs`` + ``question``):
   the documents are the draft source, kept separate from the prompt, and the prompt is
-  built from them with :data:`PROMPT_TEMPLATE`. Context QA fields win over ``turns``
+  built from them with :func:`ngram_trie_rag.prompts.rag_prompt`, the template the CLI,
+  the demo and the integrations' examples use. Context QA fields win over ``turns``
   when a row has both, so that drafting uses the documents.
 """
 
@@ -20,9 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PROMPT_HEADER = "Answer the question using the documents."
-PROMPT_TEMPLATE = "{header}\n\n{documents}\n\nQuestion: {question}"
-DOCUMENT_TEMPLATE = "Document [{index}]: {text}"
+from ..prompts import rag_prompt
 
 EXPECTED_SHAPES = (
     "'turns' (Spec-Bench: turns[0] is the whole prompt)",
@@ -44,14 +43,6 @@ class BenchItem:
     text: str  # the user message
     documents: list[str] | None  # draft sources; None drafts from the prompt itself
     shape: str  # "spec_bench", "context", "docs" or "ctxs"
-
-
-def build_prompt(documents: list[str], question: str) -> str:
-    """The context-QA prompt: numbered documents, then the question."""
-    body = "\n\n".join(
-        DOCUMENT_TEMPLATE.format(index=i, text=d) for i, d in enumerate(documents, start=1)
-    )
-    return PROMPT_TEMPLATE.format(header=PROMPT_HEADER, documents=body, question=question.strip())
 
 
 def split_context(context: str) -> list[str]:
@@ -121,7 +112,7 @@ def _qa_item(rid: str, docs: list[str], question: str, shape: str, where: str) -
     docs = [d for d in docs if d.strip()]
     if not docs:
         raise DataFormatError(f"{where}: no non-empty documents")
-    return BenchItem(rid, build_prompt(docs, question), docs, shape)
+    return BenchItem(rid, rag_prompt(docs, question), docs, shape)
 
 
 def _text(row: dict, key: str, where: str) -> str:
