@@ -144,7 +144,8 @@ def _monotone(curve: dict[int, float]) -> dict[int, float]:
     8 (about 31 / 51 / 62 / 51 / 50 ms for 1 / 2 / 3 / 4 / 8 tokens with the default
     model on two cores; small-row matrix products miss the fast kernels). Using that raw,
     noisy curve made the budget pick smaller trees on long copied spans and measured
-    slower on Spec-Bench RAG (1.21x vs 1.45x decode speed-up), so the running maximum,
+    slower on Spec-Bench RAG (1.21x vs 1.39x-1.45x decode speed-up in full harness
+    runs), so the running maximum,
     which also absorbs timing noise, stays.
     """
     out, worst = {}, 0.0
