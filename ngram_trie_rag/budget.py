@@ -145,8 +145,7 @@ def _monotone(curve: dict[int, float]) -> dict[int, float]:
     model on two cores; small-row matrix products miss the fast kernels). Using that raw,
     noisy curve made the budget pick smaller trees on long copied spans and measured
     slower on Spec-Bench RAG (1.21x vs 1.39x-1.45x decode speed-up in full harness
-    runs), so the running maximum,
-    which also absorbs timing noise, stays.
+    runs), so the running maximum, which also absorbs timing noise, stays.
     """
     out, worst = {}, 0.0
     for q in sorted(curve):
