@@ -198,7 +198,7 @@ class NGramTrie:
         continues and its frequency under that match: the union of the literal
         subtrees of every back-off length.
         """
-        buf, n, lp = self._buf, self.n, self.prefix_len
+        buf, n = self._buf, self.n
         per_row = np.ndim(k) > 0
         k = np.broadcast_to(np.asarray(k, dtype=np.int64), ends.shape)
         cols = np.arange(depth)
@@ -208,16 +208,10 @@ class NGramTrie:
             kc = np.minimum(k[:, None], n - 1 - cols[None, :])  # (R, depth) match per entry
             valid &= kc >= 1
         else:
-            kc = np.broadcast_to(k[:, None], cont.shape)
-        starts = ends[:, None] - kc + 1  # key start s of each entry
-        if lp > 1:
-            back = buf[starts[..., None] - 1 - np.arange(lp - 1)] != SEP
-            before = np.cumprod(back, axis=2).sum(axis=2)  # min(L_p - 1, s - doc_start)
-        else:
-            before = np.zeros(cont.shape, dtype=np.int64)
+            kc = k[:, None]  # (R, 1): one match length per row, broadcast over depth
         trie_depth = kc + 1 + cols[None, :]  # D of each entry
-        weight = np.minimum(np.minimum(before, n - trie_depth), lp - 1) + 1
-        weight = np.where(valid, weight, 0)
+        weight = self._key_weight(ends[:, None] - kc + 1, trie_depth)  # key start s
+        weight = np.where(valid, weight, 0)  # (R, depth)
         cont = np.where(valid, cont, SEP)
 
         # Sort rows lexicographically: shared prefixes become adjacent, and numbering
@@ -249,6 +243,17 @@ class NGramTrie:
         return DraftTree(cont[r, c], parents, c + 1, freq, int(k.max(initial=0)), recent,
                          node_match=node_match)
 
+    def _key_weight(self, starts: np.ndarray, depth: np.ndarray | int) -> np.ndarray:
+        """How many inserted keys starting at ``starts`` reach ``depth``:
+        ``min(L_p - 1, s - doc_start, n - D) + 1`` (the module docstring's sum term)."""
+        lp = self.prefix_len
+        if lp > 1:
+            back = self._buf[starts[..., None] - 1 - np.arange(lp - 1)] != SEP
+            before = np.cumprod(back, axis=-1).sum(axis=-1)  # min(L_p - 1, s - doc_start)
+        else:
+            before = np.zeros_like(starts)
+        return np.minimum(np.minimum(before, self.n - depth), lp - 1) + 1
+
     # ---- inspection (tests, stats) ----------------------------------------------------
     def frequency(self, path: Sequence[int]) -> int:
         """Frequency of the node reached from the root by ``path`` (0: no such node)."""
@@ -261,10 +266,7 @@ class NGramTrie:
             starts = starts[self._buf[starts + d] == path[d]]
         if starts.size == 0:
             return 0
-        lp = self.prefix_len
-        back = self._buf[starts[:, None] - 1 - np.arange(lp - 1)] != SEP
-        before = np.cumprod(back, axis=1).sum(axis=1) if lp > 1 else np.zeros_like(starts)
-        return int((np.minimum(np.minimum(before, self.n - depth), lp - 1) + 1).sum())
+        return int(self._key_weight(starts, depth).sum())
 
     def children(self, path: Sequence[int]) -> dict[int, int]:
         """``{token: frequency}`` of the children of the node at ``path``."""
