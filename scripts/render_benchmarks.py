@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from ngram_trie_rag.bench.report import fmt
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -31,10 +33,6 @@ DATASETS = [
     ("hagrid", "HAGRID", "hagrid/hagrid.jsonl", 50),
 ]
 DTYPES = [("fp32", "float32"), ("bf16", "bfloat16")]
-
-
-def f(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
-    return "-" if x is None else f"{x:{spec}}{suffix}"
 
 
 def command(data: str, limit: int, dtype: str, methods: list[str], out: str) -> str:
@@ -50,7 +48,7 @@ def method_table(r: dict) -> list[str]:
     rows = [
         f"{meta['rows_used']} prompts, max_new_tokens {meta['max_new_tokens']}, {meta['model']} "
         f"{meta['dtype']} on {meta['device']}, {meta['threads']} threads, {meta['date'][:16]}; "
-        f"oracle accept length {f(meta['oracle_accept_length'])}.",
+        f"oracle accept length {fmt(meta['oracle_accept_length'])}.",
         "",
         "| method | tokens/s | decode tokens/s | speedup | decode speedup | accept length "
         "| share of oracle | draft time | exact match |",
@@ -61,11 +59,11 @@ def method_table(r: dict) -> list[str]:
         draft = m["draft_time_share"]
         exact = round(m["exact_match_rate"] * m["prompts"])
         rows.append(
-            f"| {name} | {f(m['tokens_per_s'], '.1f')} | {f(m['decode_tokens_per_s'], '.1f')} "
-            f"| {f(m['speedup'], '.2f', 'x')} | {f(m['decode_speedup'], '.2f', 'x')} "
-            f"| {f(m['mean_accept_length'])} "
-            f"| {f(None if share is None else 100 * share, '.0f', '%')} "
-            f"| {f(None if draft is None else 100 * draft, '.1f', '%')} "
+            f"| {name} | {fmt(m['tokens_per_s'], '.1f')} | {fmt(m['decode_tokens_per_s'], '.1f')} "
+            f"| {fmt(m['speedup'], '.2f', 'x')} | {fmt(m['decode_speedup'], '.2f', 'x')} "
+            f"| {fmt(m['mean_accept_length'])} "
+            f"| {fmt(None if share is None else 100 * share, '.0f', '%')} "
+            f"| {fmt(None if draft is None else 100 * draft, '.1f', '%')} "
             f"| {exact}/{m['prompts']} |"
         )
     return rows
@@ -99,15 +97,15 @@ def targets_table(runs: dict[tuple[str, str], dict]) -> list[str]:
                       "vs_pld": ">= 1.15x (RAG)", "speedup": "> 1x", "exact": "report",
                       "draft": "<= 3%", "build_ms": ""}}
     labels = {
-        "share": ("trie accept length / oracle accept length", lambda v: f(100 * v, ".0f", "%")),
-        "over_pld": ("trie accept length / hf-pld accept length", lambda v: f(v, ".2f", "x")),
-        "decode": ("trie decode speedup over vanilla", lambda v: f(v, ".2f", "x")),
-        "vs_pld": ("trie tokens/s over hf-pld tokens/s (end to end)", lambda v: f(v, ".2f", "x")),
+        "share": ("trie accept length / oracle accept length", lambda v: fmt(100 * v, ".0f", "%")),
+        "over_pld": ("trie accept length / hf-pld accept length", lambda v: fmt(v, ".2f", "x")),
+        "decode": ("trie decode speedup over vanilla", lambda v: fmt(v, ".2f", "x")),
+        "vs_pld": ("trie tokens/s over hf-pld tokens/s (end to end)", lambda v: fmt(v, ".2f", "x")),
         "speedup": ("trie end-to-end speedup over vanilla (never slower)",
-                    lambda v: f(v, ".2f", "x")),
-        "exact": ("exact match with vanilla", lambda v: f(100 * v, ".0f", "%")),
-        "draft": ("drafting + mask share of decode time", lambda v: f(100 * v, ".1f", "%")),
-        "build_ms": ("trie build per 1,000 context tokens", lambda v: f(v, ".3f", " ms")),
+                    lambda v: fmt(v, ".2f", "x")),
+        "exact": ("exact match with vanilla", lambda v: fmt(100 * v, ".0f", "%")),
+        "draft": ("drafting + mask share of decode time", lambda v: fmt(100 * v, ".1f", "%")),
+        "build_ms": ("trie build per 1,000 context tokens", lambda v: fmt(v, ".3f", " ms")),
     }
     names = {stem: title for stem, title, *_ in DATASETS}
     head = ["figure", *(f"{names[s]} {dt}" for s, dt in cols)]
@@ -149,10 +147,10 @@ def headline(runs: dict[tuple[str, str], dict]) -> str:
         title, _, limit = names[stem]
         t, p = r["methods"]["trie"], r["methods"]["hf-pld"]
         exact = round(t["exact_match_rate"] * t["prompts"])
-        rows.append(f"| {title} ({limit}) | {dt} | {f(t['decode_speedup'], '.2f', 'x')} "
-                    f"| {f(t['speedup'], '.2f', 'x')} "
-                    f"| {f(t['tokens_per_s'] / p['tokens_per_s'], '.2f', 'x')} "
-                    f"| {f(t['mean_accept_length'])} ({f(p['mean_accept_length'])}) "
+        rows.append(f"| {title} ({limit}) | {dt} | {fmt(t['decode_speedup'], '.2f', 'x')} "
+                    f"| {fmt(t['speedup'], '.2f', 'x')} "
+                    f"| {fmt(t['tokens_per_s'] / p['tokens_per_s'], '.2f', 'x')} "
+                    f"| {fmt(t['mean_accept_length'])} ({fmt(p['mean_accept_length'])}) "
                     f"| {exact}/{t['prompts']} |")
     rag = runs.get(("rag", "fp32"))
     cmd = command("spec_bench/rag.jsonl", 40, "float32", list(rag["methods"]), "rag-fp32") \
