@@ -17,3 +17,22 @@ def generator():
     from ngram_trie_rag import SpeculativeGenerator
 
     return SpeculativeGenerator.from_pretrained(dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch and FAISS on one thread for a module (``pytestmark =
+    pytest.mark.usefixtures("one_thread")``): on an oversubscribed shared CPU one thread
+    is several times faster (see ``limited_threads``)."""
+    from ngram_trie_rag.retrieval.testing import limited_threads
+
+    with limited_threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    """The packaged MiniLM sentence embedder."""
+    from ngram_trie_rag.retrieval import Embedder
+
+    return Embedder()

@@ -9,16 +9,11 @@ from pathlib import Path
 import pytest
 
 from ngram_trie_rag.retrieval.cli import add_parser
-from ngram_trie_rag.retrieval.testing import limited_threads
 
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "examples" / "sample_docs"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Oversubscribed shared CPU: one thread is several times faster (see limited_threads)."""
-    with limited_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run_cli(argv: list[str]) -> int:

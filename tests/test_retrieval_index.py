@@ -27,22 +27,12 @@ from ngram_trie_rag.retrieval import store as store_module
 from ngram_trie_rag.retrieval.policy import default_nprobe, nlist_for_count, pq_m_for_dim
 from ngram_trie_rag.retrieval.testing import (
     build_tiny_sentence_transformer,
-    limited_threads,
 )
 
 DIM = 384
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Oversubscribed shared CPU: one thread is several times faster (see limited_threads)."""
-    with limited_threads(1):
-        yield
-
-
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    return Embedder()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def unit_vectors(n: int, seed: int = 0, dim: int = DIM) -> np.ndarray:

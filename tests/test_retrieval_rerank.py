@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ngram_trie_rag.retrieval import CrossEncoderReranker, LLMReranker, Passage, Reranker
-from ngram_trie_rag.retrieval.testing import build_tiny_cross_encoder, limited_threads
+from ngram_trie_rag.retrieval.testing import build_tiny_cross_encoder
 
 IRRELEVANT = [
     "The mitochondrion is the organelle that produces most of the energy of a cell.",
@@ -19,11 +19,7 @@ IRRELEVANT = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Oversubscribed shared CPU: one thread is several times faster (see limited_threads)."""
-    with limited_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def candidates(relevant: str, position: int) -> list[Passage]:

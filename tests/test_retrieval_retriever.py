@@ -15,21 +15,11 @@ from ngram_trie_rag.retrieval import (
     load_or_build,
 )
 from ngram_trie_rag.retrieval.cache import cache_key
-from ngram_trie_rag.retrieval.testing import limited_threads
 
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "examples" / "sample_docs"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Oversubscribed shared CPU: one thread is several times faster (see limited_threads)."""
-    with limited_threads(1):
-        yield
-
-
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    return Embedder()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
