@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from . import gqa_attention
 from .budget import DraftBudget, latency_curve
 from .draft_tree import DraftTree
 from .kv_cache import compact, new_cache
@@ -79,6 +80,7 @@ class SpeculativeGenerator:
         self.context_window = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self.sliding_window = _sliding_window(model.config)
         self.eos_token_ids = _eos_ids(model, tokenizer)
+        self._masked_gqa = gqa_attention.applies(model)  # CPU + SDPA + GQA: no repeat_kv
         self._budget: DraftBudget | None = None
         # One lock per model, shared by every generator over it (they share weights and
         # compute). A plain Lock, not an RLock: a stream may be advanced from different
@@ -221,7 +223,8 @@ class SpeculativeGenerator:
                 # already holds it (an unfinished stream of its own) must not deadlock.
                 held = self._lock.acquire(timeout=10)
                 try:
-                    _LATENCY_CURVES[key] = latency_curve(self.model)
+                    with gqa_attention.masked_gqa(self.model, self._masked_gqa):
+                        _LATENCY_CURVES[key] = latency_curve(self.model)
                 finally:
                     if held:
                         self._lock.release()
@@ -313,8 +316,9 @@ class SpeculativeGenerator:
             pos, mask = torch.tensor([[past]], device=device), None
         t1 = time.perf_counter()
         stats.draft_s += t1 - t0
-        out = self.model(input_ids=input_ids, position_ids=pos, attention_mask=mask,
-                         past_key_values=cache, use_cache=True)
+        with gqa_attention.masked_gqa(self.model, self._masked_gqa and mask is not None):
+            out = self.model(input_ids=input_ids, position_ids=pos, attention_mask=mask,
+                             past_key_values=cache, use_cache=True)
         tokens, path = accept(tree, out.logits[0], params, gen)  # syncs with the device
         stats.last_forward_s = time.perf_counter() - t1
         if len(tree):

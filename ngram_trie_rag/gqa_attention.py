@@ -1,0 +1,76 @@
+"""Masked grouped-query attention on a CPU without repeating the KV cache.
+
+Transformers' SDPA path hands grouped-query attention (GQA: fewer key/value heads than
+query heads) to the kernel only when no mask is passed; with a mask it first copies
+every key and value head ``heads / kv_heads`` times (``repeat_kv``), because CUDA
+kernels fall back to the slow math kernel on GQA + mask. A tree verification always
+passes a mask, so every verification forward copies the whole cache of every layer:
+for the default model (9 query heads, 3 KV heads) that copy is 10-18% of a
+verification forward on a CPU. PyTorch's CPU flash kernel takes GQA and a mask
+together, and its output is bitwise identical to the repeated-KV path (checked in
+``tests/test_gqa_attention.py``), so on a CPU our verification forwards use it.
+
+Only the generator's own masked forwards switch to it (:func:`masked_gqa`); the
+model's configured attention is restored after each, so anything else running the
+same model -- Hugging Face ``generate``, prompt lookup -- runs exactly as shipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+NAME = "ngram_trie_rag_sdpa"
+
+
+def sdpa_masked_gqa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor, attention_mask: torch.Tensor | None,
+                    dropout: float = 0.0, scaling: float | None = None,
+                    **kwargs) -> tuple[torch.Tensor, None]:
+    """Transformers' SDPA attention, except masked GQA on a CPU runs without repeat_kv.
+
+    query (B, H, Q, D); key, value (B, H_kv, S, D); attention_mask additive
+    (B, 1, Q, S). Returns (B, Q, H, D) like every Transformers attention function.
+    """
+    groups = getattr(module, "num_key_value_groups", 1)
+    plain = not any(kwargs.get(k) is not None for k in ("softcap", "position_bias", "cache"))
+    if (groups > 1 and attention_mask is not None and query.device.type == "cpu"
+            and dropout == 0.0 and plain and query.shape[-1] == value.shape[-1]):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2).contiguous(), None
+    return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                  dropout=dropout, scaling=scaling, **kwargs)
+
+
+AttentionInterface.register(NAME, sdpa_masked_gqa)
+AttentionMaskInterface.register(NAME, sdpa_mask)  # masks the model builds: as for SDPA
+
+
+def applies(model: torch.nn.Module) -> bool:
+    """True for a model on a CPU using SDPA with fewer KV heads than query heads."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "_attn_implementation", None) != "sdpa":
+        return False
+    heads = getattr(cfg, "num_attention_heads", None)
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    return model.device.type == "cpu" and heads is not None and kv_heads < heads
+
+
+@contextmanager
+def masked_gqa(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Run the forwards inside with :func:`sdpa_masked_gqa` when ``enabled``."""
+    if not enabled:
+        yield
+        return
+    cfg = model.config
+    cfg._attn_implementation = NAME
+    try:
+        yield
+    finally:
+        cfg._attn_implementation = "sdpa"
