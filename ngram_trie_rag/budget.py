@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from . import linear_layout
 from .draft_tree import DraftTree
 
 SIZES = (*range(1, 17), 20, 24, 32, 48, 64)  # draft sizes K whose t(1 + K) is measured
@@ -106,35 +108,59 @@ class DraftBudget:
         np.add.at(self.seen, idx, 1.0)
 
 
-def latency_curve(model, past_len: int = 512,
-                  sizes: Sequence[int] = SIZES, repeats: int = 2) -> dict[int, float]:
-    """Seconds per forward of ``1 + K`` new tokens after ``past_len`` cached ones."""
+@dataclass(frozen=True)
+class LatencyCurve:
+    """Measured forward costs: seconds per forward of ``q`` new tokens, each in the
+    faster linear-layer layout (see :mod:`ngram_trie_rag.linear_layout`)."""
+
+    seconds: dict[int, float]  # q -> seconds, the faster layout's
+    transposed: frozenset[int] = frozenset()  # sizes q where the transposed layout won
+
+    def use_transposed(self, q: int) -> bool:
+        """The layout choice for a forward of ``q`` tokens: the nearest measured size
+        at or below it decides; past the largest measured size (prefill), never."""
+        if q > max(self.seconds):
+            return False
+        return max(p for p in self.seconds if p <= q) in self.transposed
+
+
+def latency_curve(model, past_len: int = 512, sizes: Sequence[int] = SIZES,
+                  repeats: int = 2) -> LatencyCurve:
+    """Time a forward of ``1 + K`` new tokens after ``past_len`` cached ones, for every
+    K in ``sizes``; on a CPU in both linear layouts, interleaved so drift hits both."""
     from .kv_cache import new_cache
 
     device = model.device
     vocab = model.config.vocab_size
+    layouts = (False, True) if linear_layout.applies(model) else (False,)
     past_len = min(past_len, int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (1, past_len), generator=gen).to(device)
-    curve: dict[int, float] = {}
+    seconds: dict[int, float] = {}
+    transposed: set[int] = set()
     with torch.inference_mode():
         cache = new_cache()
         model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
         for q in [1] + [1 + k for k in sizes]:
             ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
             pos = torch.arange(past_len, past_len + q, device=device)[None]
-            best = float("inf")
+            best = dict.fromkeys(layouts, float("inf"))
             for _ in range(repeats + 1):  # the first run warms up this shape
-                _sync(device)
-                start = time.perf_counter()
-                model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
-                _sync(device)
-                best = min(best, time.perf_counter() - start)
-                for layer in cache.layers:  # drop what this forward appended
-                    layer.keys = layer.keys[:, :, :past_len]
-                    layer.values = layer.values[:, :, :past_len]
-            curve[q] = best
-    return curve
+                for layout in layouts:
+                    with linear_layout.transposed(model, layout):
+                        _sync(device)
+                        start = time.perf_counter()
+                        model(input_ids=ids, position_ids=pos, past_key_values=cache,
+                              use_cache=True)
+                        _sync(device)
+                    best[layout] = min(best[layout], time.perf_counter() - start)
+                    for layer in cache.layers:  # drop what this forward appended
+                        layer.keys = layer.keys[:, :, :past_len]
+                        layer.values = layer.values[:, :, :past_len]
+            if best.get(True, float("inf")) < best[False]:
+                transposed.add(q)
+            seconds[q] = min(best.values())
+    return LatencyCurve(seconds, frozenset(transposed))
 
 
 def _monotone(curve: dict[int, float]) -> dict[int, float]:

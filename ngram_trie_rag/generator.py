@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from . import gqa_attention
-from .budget import DraftBudget, latency_curve
+from . import gqa_attention, linear_layout
+from .budget import DraftBudget, LatencyCurve, latency_curve
 from .draft_tree import DraftTree
 from .kv_cache import compact, new_cache
 from .proposers import PROPOSERS
@@ -37,7 +37,7 @@ from .tree_attention import tree_inputs
 from .trie import NGramTrie
 
 Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
-_LATENCY_CURVES: dict[tuple, dict[int, float]] = {}  # per process, see _draft_budget
+_LATENCY_CURVES: dict[tuple, LatencyCurve] = {}  # per process, see _forward_costs
 Document = str | Sequence[int]
 
 
@@ -82,6 +82,7 @@ class SpeculativeGenerator:
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self._masked_gqa = gqa_attention.applies(model)  # CPU + SDPA + GQA: no repeat_kv
         self._budget: DraftBudget | None = None
+        self._costs: LatencyCurve | None = None
         # One lock per model, shared by every generator over it (they share weights and
         # compute). A plain Lock, not an RLock: a stream may be advanced from different
         # threads (e.g. asyncio.to_thread per chunk), and only a Lock can be released
@@ -201,20 +202,28 @@ class SpeculativeGenerator:
                              f"{self.model_name} is {self.context_window}")
         docs = self.encode_documents(documents) if documents is not None else None
         text = TextStream(self.tokenizer, stops)
+        costs = self._forward_costs()
         budget = self._draft_budget() if num_draft is None and self.config.adaptive else None
         steps = self._steps(ids, docs, max_new_tokens, params, seed,
                             num_draft or self.config.num_draft, method or self.config.method,
-                            budget)
+                            budget, costs)
         return GenerationStream(self, ids, steps, text)
 
     def _draft_budget(self) -> DraftBudget:
-        """The adaptive budget, with this model's latency curve.
-
-        The curve is measured once per process for each (model, dtype, device, threads)
-        -- about a second -- and refined online from real steps. It is not persisted:
-        a curve measured on a busy machine must not outlive that moment.
-        """
+        """The adaptive budget over this model's latency curve."""
         if self._budget is None:
+            self._budget = DraftBudget(dict(self._forward_costs().seconds),
+                                       self.config.num_draft)
+        return self._budget
+
+    def _forward_costs(self) -> LatencyCurve:
+        """This model's latency curve and the faster linear layout per forward size.
+
+        Measured once per process for each (model, dtype, device, threads) -- seconds
+        -- and refined online by the budget. It is not persisted: a curve measured on a
+        busy machine must not outlive that moment.
+        """
+        if self._costs is None:
             cfg, dev = self.model.config, self.model.device
             key = (id(self.model), str(self.model.dtype), str(dev), torch.get_num_threads(),
                    cfg.num_hidden_layers, cfg.hidden_size)
@@ -228,8 +237,8 @@ class SpeculativeGenerator:
                 finally:
                     if held:
                         self._lock.release()
-            self._budget = DraftBudget(dict(_LATENCY_CURVES[key]), self.config.num_draft)
-        return self._budget
+            self._costs = _LATENCY_CURVES[key]
+        return self._costs
 
     # ---- the loop -------------------------------------------------------------------
     def build_trie(self, ids: list[int], docs: list[list[int]] | None,
@@ -254,12 +263,13 @@ class SpeculativeGenerator:
     @torch.inference_mode()
     def _steps(self, ids: list[int], docs: list[list[int]] | None, max_new_tokens: int,
                params: SamplingParams, seed: int | None, num_draft: int, method: str,
-               budget: DraftBudget | None,
+               budget: DraftBudget | None, costs: LatencyCurve,
                ) -> Iterator[tuple[list[int], FinishReason | None, GenerationStats]]:
         """Yields ``(new tokens, finish reason or None, stats)`` after every step.
 
         With a ``budget``, ``num_draft`` ranked candidates are drafted, the budget picks
-        how many of them to verify, and the step's outcome updates the budget.
+        how many of them to verify, and the step's outcome updates the budget. ``costs``
+        says which linear layout each forward size runs in.
         """
         model, device = self.model, self.model.device
         stats = GenerationStats(method=method)
@@ -292,7 +302,7 @@ class SpeculativeGenerator:
             if budget is not None and len(tree):
                 tree = candidates.top(budget.choose(candidates))
             tokens, finish = self._verify(tree, history[-1], past, params, gen, cache, stats,
-                                          t0)
+                                          t0, costs.use_transposed(1 + len(tree)))
             if budget is not None:
                 budget.record_latency(1 + len(tree), stats.last_forward_s)
                 budget.observe(candidates, tokens)
@@ -306,7 +316,7 @@ class SpeculativeGenerator:
 
     def _verify(self, tree: DraftTree, last: int, past: int, params: SamplingParams,
                 gen: torch.Generator | None, cache, stats: GenerationStats,
-                t0: float) -> tuple[list[int], FinishReason | None]:
+                t0: float, transposed: bool) -> tuple[list[int], FinishReason | None]:
         """One forward over [last] + tree; returns the emitted tokens (cut at EOS)."""
         device = self.model.device
         input_ids = torch.tensor([[last, *tree.tokens.tolist()]], device=device)
@@ -316,7 +326,8 @@ class SpeculativeGenerator:
             pos, mask = torch.tensor([[past]], device=device), None
         t1 = time.perf_counter()
         stats.draft_s += t1 - t0
-        with gqa_attention.masked_gqa(self.model, self._masked_gqa and mask is not None):
+        with (gqa_attention.masked_gqa(self.model, self._masked_gqa and mask is not None),
+              linear_layout.transposed(self.model, transposed)):
             out = self.model(input_ids=input_ids, position_ids=pos, attention_mask=mask,
                              past_key_values=cache, use_cache=True)
         tokens, path = accept(tree, out.logits[0], params, gen)  # syncs with the device

@@ -36,16 +36,39 @@ def sdpa_masked_gqa(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
 
     query (B, H, Q, D); key, value (B, H_kv, S, D); attention_mask additive
     (B, 1, Q, S). Returns (B, Q, H, D) like every Transformers attention function.
+
+    The G = H / H_kv query heads that share a key/value head are packed into the query
+    length: (B, H, Q, D) -> (B, H_kv, G * Q, D), row g * Q + q, with the mask tiled G
+    times to match. That is one plain multi-head attention over the cache as stored,
+    which the fused CPU kernel runs as is (with ``enable_gqa`` and a mask it falls
+    back to a kernel that copies every key/value head G times).
     """
     groups = getattr(module, "num_key_value_groups", 1)
     plain = not any(kwargs.get(k) is not None for k in ("softcap", "position_bias", "cache"))
     if (groups > 1 and attention_mask is not None and query.device.type == "cpu"
-            and dropout == 0.0 and plain and query.shape[-1] == value.shape[-1]):
+            and dropout == 0.0 and plain and query.shape[-1] == value.shape[-1]
+            and attention_mask.shape[1] == 1):
+        b, heads, q_len, dim = query.shape
+        packed = query.reshape(b, heads // groups, groups * q_len, dim)
         out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=True)
-        return out.transpose(1, 2).contiguous(), None
+            packed, key, value, attn_mask=_tiled(attention_mask, groups), scale=scaling)
+        return out.view(b, heads, q_len, dim).transpose(1, 2).contiguous(), None
     return sdpa_attention_forward(module, query, key, value, attention_mask,
                                   dropout=dropout, scaling=scaling, **kwargs)
+
+
+_TILED: list[tuple[torch.Tensor, int, torch.Tensor]] = []  # the last mask tiled
+
+
+def _tiled(mask: torch.Tensor, groups: int) -> torch.Tensor:
+    """(B, 1, Q, S) -> (B, 1, G * Q, S), row g * Q + q = mask row q. Every layer of one
+    forward gets the same mask object, so the last tiling is kept and reused."""
+    last = _TILED[0] if _TILED else None  # one read: other threads may replace it
+    if last is not None and last[0] is mask and last[1] == groups:
+        return last[2]
+    tiled = mask.repeat(1, 1, groups, 1)
+    _TILED[:] = [(mask, groups, tiled)]
+    return tiled
 
 
 AttentionInterface.register(NAME, sdpa_masked_gqa)

@@ -1,0 +1,76 @@
+"""Linear layers over a few rows as ``W @ x^T`` where that is the faster matrix product.
+
+A ``torch.nn.Linear`` computes ``x @ W^T``: for a verification forward ``x`` has
+``Q = 1 + N`` rows (the tree) and ``W`` is ``(out, in)``. With few rows this is a
+matrix-vector or skinny product that is memory-bound: it should cost one read of
+``W``. On some CPU BLAS builds it does not. Measured here (2 cores, fp32, MKL, the
+default model's lm_head ``(49152, 576)``, 113 MB): ``x @ W^T`` takes 10 / 22 / 33 /
+17 ms for 1 / 2 / 3 / 4 rows, while the same product as ``W @ x^T`` takes 4.4 / 8.5 /
+4.0 ms for 2 / 3 / 4 rows, about one read of ``W`` at full memory bandwidth. A
+single row also runs faster as a two-column ``W @ [x, x]^T`` than as a vector product.
+bf16 on the same CPU shows no such gap (oneDNN takes those products).
+
+Whether and for which forward sizes the transposed layout wins is a property of the
+hardware, the BLAS and the dtype, so it is measured, not assumed: the latency curve
+(:func:`ngram_trie_rag.budget.latency_curve`) times each forward size both ways and
+the generator runs each of its forwards in the faster layout (:func:`transposed`).
+Only the generator's own forwards switch; the model's modules are restored after
+each, so ``generate`` and anything else sharing the model runs exactly as shipped.
+
+The two layouts sum the same products in a different order, so logits differ in the
+last bits (as batched and one-token forwards already do); greedy equality with
+``generate`` is what the exactness tests check.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+_LINEARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def linear_transposed(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``self(x)`` computed as ``(W @ x^T)^T``. x (..., in) -> (..., out)."""
+    rows = x.numel() // x.shape[-1]
+    flat = x.reshape(rows, x.shape[-1])  # (M, in)
+    if rows == 1:  # a vector product misses the blocked kernel: use two equal columns
+        flat = torch.cat((flat, flat))
+    out = torch.mm(self.weight, flat.t()).t()[:rows]  # (out, in) @ (in, M) -> (M, out)
+    if self.bias is not None:
+        out = out + self.bias
+    return out.reshape(*x.shape[:-1], self.weight.shape[0])
+
+
+def applies(model: torch.nn.Module) -> bool:
+    """True when the model is on a CPU with plain floating-point linear layers."""
+    return model.device.type == "cpu" and bool(_linears(model))
+
+
+def _linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    """The model's plain ``nn.Linear`` layers (subclasses, e.g. quantised ones, excluded)."""
+    found = _LINEARS.get(model)
+    if found is None:
+        found = [m for m in model.modules() if type(m) is torch.nn.Linear
+                 and m.weight.dim() == 2 and m.weight.dtype.is_floating_point]
+        _LINEARS[model] = found
+    return found
+
+
+@contextmanager
+def transposed(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Run the forwards inside with every plain linear layer as :func:`linear_transposed`."""
+    if not enabled:
+        yield
+        return
+    layers = _linears(model)
+    for layer in layers:
+        layer.forward = linear_transposed.__get__(layer)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.__dict__.pop("forward", None)

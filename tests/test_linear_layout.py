@@ -1,0 +1,96 @@
+"""The transposed linear layout and the buffered KV cache: same results, restored modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ngram_trie_rag import linear_layout
+from ngram_trie_rag.budget import LatencyCurve
+from ngram_trie_rag.kv_cache import BufferLayer, compact, new_cache
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+@pytest.mark.parametrize("bias", [False, True])
+def test_transposed_linear_matches_nn_linear(rows: int, bias: bool) -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 48, bias=bias)
+    x = torch.randn(1, rows, 64)
+    expected = layer(x)
+    got = linear_layout.linear_transposed(layer, x)
+    assert got.shape == expected.shape == (1, rows, 48)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_layout_switches_only_inside_and_is_restored(generator) -> None:
+    model = generator.model
+    layers = linear_layout._linears(model)
+    assert layers and all(type(m) is torch.nn.Linear for m in layers)
+    assert model.lm_head in layers
+    with pytest.raises(RuntimeError), linear_layout.transposed(model, True):
+        assert all("forward" in m.__dict__ for m in layers)
+        raise RuntimeError("a forward failed")
+    assert not any("forward" in m.__dict__ for m in layers)  # the class's forward again
+    with linear_layout.transposed(model, False):
+        assert not any("forward" in m.__dict__ for m in layers)
+
+
+def test_transposed_forward_gives_the_same_greedy_tokens(generator) -> None:
+    model = generator.model
+    ids = torch.tensor([generator.encode_prompt("The capital of France is Paris. The capital")])
+    with torch.inference_mode():
+        stock = model(input_ids=ids).logits
+        with linear_layout.transposed(model, True):
+            fast = model(input_ids=ids).logits
+    torch.testing.assert_close(fast, stock, rtol=1e-4, atol=1e-4)
+    assert torch.equal(fast.argmax(-1), stock.argmax(-1))
+
+
+def test_layout_choice_per_forward_size() -> None:
+    curve = LatencyCurve({1: 0.03, 2: 0.05, 5: 0.06, 9: 0.08}, frozenset({1, 5}))
+    assert curve.use_transposed(1)
+    assert not curve.use_transposed(2)
+    assert not curve.use_transposed(4)  # the nearest measured size below decides
+    assert curve.use_transposed(5) and curve.use_transposed(8)
+    assert not curve.use_transposed(9)
+    assert not curve.use_transposed(700)  # past the curve (a prefill): never
+
+
+def test_buffer_cache_matches_dynamic_cache_and_compacts(generator) -> None:
+    from transformers import DynamicCache
+
+    model = generator.model
+    gen = torch.Generator().manual_seed(1)
+    prefix = torch.randint(0, model.config.vocab_size, (1, 40), generator=gen)
+    block = torch.randint(0, model.config.vocab_size, (1, 5), generator=gen)
+    pos = torch.arange(40, 45)[None]
+    with torch.inference_mode():
+        ref, buf = DynamicCache(), new_cache()
+        for cache in (ref, buf):
+            model(input_ids=prefix, past_key_values=cache, use_cache=True)
+            model(input_ids=block, position_ids=pos, past_key_values=cache, use_cache=True)
+        assert all(isinstance(layer, BufferLayer) for layer in buf.layers)
+        for a, b in zip(ref.layers, buf.layers, strict=True):
+            assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+        kept = ref.layers[0].keys[:, :, [40, 42, 44]].clone()
+        compact(buf, 40, [0, 2, 4])
+        layer = buf.layers[0]
+        assert buf.get_seq_length() == 43
+        assert torch.equal(layer.keys[:, :, 40:], kept)
+        # The next forward writes after the kept rows, into the same buffer.
+        model(input_ids=block[:, :1], position_ids=torch.tensor([[43]]), past_key_values=buf,
+              use_cache=True)
+        assert buf.get_seq_length() == 44
+        assert layer.keys.data_ptr() == layer._key_buf.data_ptr()
+
+
+def test_buffer_cache_grows_past_its_capacity() -> None:
+    layer = BufferLayer()
+    k = torch.randn(1, 2, 300, 4)
+    layer.update(k, k + 1)
+    capacity = layer._key_buf.shape[-2]
+    more = torch.randn(1, 2, capacity, 4)  # overflows the first buffer
+    keys, values = layer.update(more, more + 1)
+    assert keys.shape[-2] == 300 + capacity
+    assert torch.equal(keys[:, :, :300], k) and torch.equal(keys[:, :, 300:], more)
+    assert torch.equal(values, keys + 1)
