@@ -103,7 +103,7 @@ def test_results_schema(results: dict) -> None:
 
 @needs_data
 def test_drafters_are_exact(results: dict) -> None:
-    for name in ("trie", "chain", "vanilla"):
+    for name in ("trie", "chain", "plain", "vanilla"):
         assert results["methods"][name]["exact_match_rate"] == 1.0, name
         assert results["methods"][name]["mismatched_prompts"] == []
     for p in results["prompts"]:
@@ -114,9 +114,10 @@ def test_drafters_are_exact(results: dict) -> None:
 def test_accept_lengths_add_up(results: dict) -> None:
     """Every token after the first (prefill) comes from exactly one verification step."""
     for p in results["prompts"]:
-        for name in ("vanilla", "chain", "trie"):
+        for name in ("vanilla", "plain", "chain", "trie"):
             run = p["methods"][name]
             assert sum(run["accept_lengths"]) == run["new_tokens"] - 1, name
+        assert set(p["methods"]["plain"]["accept_lengths"]) <= {1}  # no drafts
         pld = p["methods"]["hf-pld"]
         if pld["accept_lengths"] is not None:
             first = pld["extra"]["prefill_forward_tokens"]

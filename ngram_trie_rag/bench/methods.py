@@ -3,7 +3,8 @@
 Timing: ``total_s`` is wall time around the whole call. Prefill is split off so that a
 decode-only rate exists for every method:
 
-- ``chain`` / ``trie``: the generator's own ``stats.prefill_s`` (its first forward).
+- ``plain`` / ``chain`` / ``trie``: the generator's own ``stats.prefill_s`` (its first
+  forward).
 - ``vanilla`` / ``hf-pld``: ``generate`` does not expose its prefill, so the caller
   measures one separate ``model(input_ids)`` forward per prompt (:func:`measure_prefill`)
   and passes it in; ``decode_s = total_s - prefill_s``.
@@ -15,7 +16,7 @@ first forward, the prefill, is not a step):
 - ``hf-pld``: read from the tokens ``generate`` hands its streamer after every forward.
   Its first forward processes the prompt and may already verify a draft; that forward is
   counted as prefill, like the generator's, and its tokens are left out of the steps.
-- ``chain`` / ``trie``: the generator's ``stats.accept_lengths``.
+- ``plain`` / ``chain`` / ``trie``: the generator's ``stats.accept_lengths``.
 """
 
 from __future__ import annotations
@@ -164,15 +165,19 @@ def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int
                  pld_num_tokens: int, pld_max_ngram: int) -> dict[str, Runner]:
     """Name -> ``runner(prompt_ids, documents, max_new_tokens, hf_prefill_s) -> Run``.
 
+    ``plain`` is the generator with no draft (every step one token): the same forwards,
+    cache and loop as ``trie``, so ``trie`` over ``plain`` is what speculation alone adds.
+
     ``chain`` and ``trie`` each get their own generator over the shared model, so state
     a generator keeps across calls (e.g. a learned draft budget) is never shared between
     methods, as with two separate deployments.
     """
-    own = {m: with_draft(gen) for m in ("chain", "trie")}
+    own = {m: with_draft(gen) for m in ("plain", "chain", "trie")}
     known: dict[str, Runner] = {
         "vanilla": lambda ids, docs, new, pre: run_vanilla(gen, ids, new, pre),
         "hf-pld": lambda ids, docs, new, pre: run_hf_pld(gen, ids, new, pre, pld_num_tokens,
                                                          pld_max_ngram),
+        "plain": lambda ids, docs, new, pre: run_core(own["plain"], ids, docs, new, "none"),
         "chain": lambda ids, docs, new, pre: run_core(own["chain"], ids, docs, new, "chain",
                                                       num_draft),
         "trie": lambda ids, docs, new, pre: run_core(own["trie"], ids, docs, new, "trie",

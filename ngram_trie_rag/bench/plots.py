@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-COLORS = {"vanilla": "#7f7f7f", "hf-pld": "#1f77b4", "chain": "#ff7f0e", "trie": "#2ca02c"}
+COLORS = {"vanilla": "#7f7f7f", "hf-pld": "#1f77b4", "plain": "#9467bd", "chain": "#ff7f0e",
+          "trie": "#2ca02c"}
 
 
 def _pyplot():
