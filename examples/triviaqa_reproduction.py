@@ -35,7 +35,6 @@ import re
 import string
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -51,6 +50,7 @@ from ngram_trie_rag.retrieval import (
     Retriever,
     VectorIndex,
 )
+from ngram_trie_rag.retrieval.corpus import PassageCorpus
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DEFAULT_QUESTIONS = DATA / "nq_open" / "nq-open-oracle.jsonl.gz"
@@ -92,50 +92,23 @@ def read_questions(path: Path) -> list[dict]:
     return out
 
 
-def _corpus_rows(path: Path) -> Iterator[tuple[str, str, str]]:
-    """(id, title, text) per passage."""
-    with _open(path) as fh:
-        if ".tsv" in path.suffixes:
-            next(fh)  # DPR header: id, text, title
-            for line in fh:
-                pid, text, title = line.rstrip("\n").split("\t")[:3]
-                yield pid, title.strip('"'), text.strip('"')
-            return
-        for i, line in enumerate(fh):
-            row = json.loads(line)
-            if "contents" in row:
-                title, _, text = row["contents"].partition("\n")
-            else:
-                title, text = row.get("title", ""), row["text"]
-            yield str(row.get("id", i)), title.strip('"'), text
-
-
-def _key(text: str) -> str:
-    return " ".join(text.split()).lower()
-
-
 def build_corpus(paths: list[Path], questions: list[dict], add_gold: bool) -> list[Passage]:
     """Corpus passages ("title\\ntext"), deduplicated on the text; each question's gold
-    passage is added (and its id recorded in ``q["gold_id"]``) when ``add_gold``."""
-    passages: list[Passage] = []
-    seen: dict[str, str] = {}
-
-    def add(pid: str, title: str, text: str, source: str) -> str:
-        key = _key(text)
-        if key not in seen:
-            seen[key] = pid
-            passages.append(Passage(pid, f"{title}\n{text}", source))
-        return seen[key]
-
+    passage is added (and its id recorded in ``q["gold_id"]``) when ``add_gold``, and
+    otherwise recorded only when the corpus already holds it."""
+    corpus = PassageCorpus()
     for path in paths:
-        for pid, title, text in _corpus_rows(path):
-            add(f"{path.stem}:{pid}", title, text, path.name)
+        try:
+            corpus.add_file(path)
+        except (FileNotFoundError, ValueError) as err:
+            sys.exit(f"error: {err}")
     for i, q in enumerate(questions):
         gold = q["gold"]
         q["gold_id"] = None
-        if gold is not None and (add_gold or _key(gold["text"]) in seen):
-            q["gold_id"] = add(f"gold:{i}", gold.get("title", ""), gold["text"], "gold")
-    return passages
+        if gold is not None:
+            q["gold_id"] = (corpus.add(f"gold:{i}", gold.get("title", ""), gold["text"], "gold")
+                            if add_gold else corpus.id_of(gold["text"]))
+    return corpus.passages
 
 
 # ---- answers ------------------------------------------------------------------------

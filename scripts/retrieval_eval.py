@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ngram_trie_rag.retrieval import Embedder, LLMReranker, Passage, VectorIndex  # noqa: E402
+from ngram_trie_rag.retrieval.corpus import PassageCorpus  # noqa: E402
 from ngram_trie_rag.retrieval.policy import (  # noqa: E402
     choose_factory,
     nlist_for_count,
@@ -47,34 +48,17 @@ NQ = DATA / "nq_open" / "nq-open-oracle.jsonl.gz"
 WIKI = DATA / "wiki_passages" / "passages.jsonl"
 
 
-def _key(text: str) -> str:
-    return " ".join(text.split()).lower()
-
-
-def load_corpus() -> tuple[list[Passage], list[dict], list[int]]:
-    """(passages, NQ rows, gold passage index per NQ row)."""
-    passages: list[Passage] = []
-    seen: dict[str, int] = {}
-
-    def add(title: str, body: str, pid: str, source: str) -> int:
-        key = _key(body)
-        if key not in seen:
-            seen[key] = len(passages)
-            passages.append(Passage(pid, f"{title}\n{body}", source))
-        return seen[key]
-
-    with open(WIKI, encoding="utf-8") as fh:
-        for line in fh:
-            row = json.loads(line)
-            title, _, body = row["contents"].partition("\n")
-            add(title.strip('"'), body, f"wiki:{row['id']}", "wiki_passages")
+def load_corpus() -> tuple[list[Passage], list[dict], list[str]]:
+    """(passages, NQ rows, gold passage id per NQ row)."""
+    corpus = PassageCorpus()
+    corpus.add_file(WIKI, prefix="wiki")
     with gzip.open(NQ, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
     gold = [
-        add(r["ctxs"][0]["title"], r["ctxs"][0]["text"], f"nq:{i}", "nq_gold")
+        corpus.add(f"nq:{i}", r["ctxs"][0]["title"], r["ctxs"][0]["text"], "nq_gold")
         for i, r in enumerate(rows)
     ]
-    return passages, rows, gold
+    return corpus.passages, rows, gold
 
 
 def corpus_vectors(embedder: Embedder, passages: list[Passage], cache: Path) -> np.ndarray:
@@ -111,7 +95,7 @@ def nq_eval(args: argparse.Namespace) -> dict:
     vectors = corpus_vectors(embedder, passages, Path(args.embed_cache))
     n, dim = vectors.shape
     questions = [r["question"] for r in rows[: args.questions]]
-    gold_ids = [passages[g].id for g in gold[: args.questions]]
+    gold_ids = gold[: args.questions]
     query_vectors = embedder.encode_queries(questions)
     print(f"corpus {n} passages (dim {dim}); {len(questions)} questions")
 
