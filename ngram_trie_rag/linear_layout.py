@@ -39,7 +39,10 @@ def linear_transposed(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     flat = x.reshape(rows, x.shape[-1])  # (M, in)
     if rows == 1:  # a vector product misses the blocked kernel: use two equal columns
         flat = torch.cat((flat, flat))
-    out = torch.mm(self.weight, flat.t()).t()[:rows]  # (out, in) @ (in, M) -> (M, out)
+    # (out, in) @ (in, M) -> (out, M) -> (M, out), made row-major again: a column-major
+    # result would reach the next layer's product as a column-major operand, which
+    # the same BLAS runs about five times slower.
+    out = torch.mm(self.weight, flat.t()).t()[:rows].contiguous()
     if self.bias is not None:
         out = out + self.bias
     return out.reshape(*x.shape[:-1], self.weight.shape[0])
