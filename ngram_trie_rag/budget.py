@@ -1,9 +1,10 @@
 """A hardware-aware draft budget: verify the tree size that maximises tokens per second.
 
-Verifying K draft nodes costs one forward over 1 + K tokens, t(1 + K). On a GPU, or
-with bf16 on a CPU, t is nearly flat up to a few dozen tokens; in fp32 on a CPU it
-is not (41 / 73 / 91 ms for 1 / 8 / 16 tokens with the default model). So the best K
-depends on the hardware and on how likely this step's candidates are to be right:
+Verifying K draft nodes costs one forward over 1 + K tokens, t(1 + K). On a GPU t is
+nearly flat up to a few dozen tokens; on a CPU it is not (fp32, default model, two
+cores, the generator's forwards: about 43 / 45 / 56 / 84 / 103 ms for 1 / 2 / 3 / 8 /
+16 tokens). So the best K depends on the hardware and on how likely this step's
+candidates are to be right:
 
     K* = argmax_K  (1 + sum_{rank(i) < K} p_i) / t(1 + K)     (K = 0: a plain step)
 
@@ -166,12 +167,13 @@ def latency_curve(model, past_len: int = 512, sizes: Sequence[int] = SIZES,
 def _monotone(curve: dict[int, float]) -> dict[int, float]:
     """A forward of more tokens is taken to never cost less: the running maximum.
 
-    Not physics: on a CPU in fp32 a forward of 2 or 3 tokens costs more than one of 4 to
-    8 (about 31 / 51 / 62 / 51 / 50 ms for 1 / 2 / 3 / 4 / 8 tokens with the default
-    model on two cores; small-row matrix products miss the fast kernels). Using that raw,
-    noisy curve made the budget pick smaller trees on long copied spans and measured
-    slower on Spec-Bench RAG (1.21x vs 1.39x-1.45x decode speed-up in full harness
-    runs), so the running maximum, which also absorbs timing noise, stays.
+    Not physics: with the stock linear layout a forward of 2 or 3 tokens cost more than
+    one of 4 to 8 in fp32 on a CPU (small-row products miss the fast kernels; the
+    measured layout choice now removes most of that), and the measured curve is noisy.
+    Using the raw curve made the budget pick smaller trees on long copied spans and
+    measured slower on Spec-Bench RAG (1.21x vs 1.39x-1.45x decode speed-up in full
+    harness runs with the stock layout), so the running maximum, which also absorbs
+    timing noise, stays.
     """
     out, worst = {}, 0.0
     for q in sorted(curve):

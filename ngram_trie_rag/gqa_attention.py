@@ -3,12 +3,15 @@
 Transformers' SDPA path hands grouped-query attention (GQA: fewer key/value heads than
 query heads) to the kernel only when no mask is passed; with a mask it first copies
 every key and value head ``heads / kv_heads`` times (``repeat_kv``), because CUDA
-kernels fall back to the slow math kernel on GQA + mask. A tree verification always
-passes a mask, so every verification forward copies the whole cache of every layer:
-for the default model (9 query heads, 3 KV heads) that copy is 10-18% of a
-verification forward on a CPU. PyTorch's CPU flash kernel takes GQA and a mask
-together, and its output is bitwise identical to the repeated-KV path (checked in
-``tests/test_gqa_attention.py``), so on a CPU our verification forwards use it.
+kernels fall back to the slow math kernel on GQA + mask. PyTorch's own ``enable_gqa``
+does not help on a CPU either: with a mask it too takes the math kernel, which repeats
+the heads. A tree verification always passes a mask, so every verification forward
+would copy the whole cache of every layer.
+
+Instead the query heads that share a key/value head are packed into the query length
+(:func:`sdpa_masked_gqa`): one plain masked attention over the cache as stored, which
+the fused CPU kernel runs directly. Its logits are bitwise identical to the
+repeated-KV path (checked in ``tests/test_gqa_attention.py``).
 
 Only the generator's own masked forwards switch to it (:func:`masked_gqa`); the
 model's configured attention is restored after each, so anything else running the
