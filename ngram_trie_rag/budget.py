@@ -28,10 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import linear_layout
+from . import gqa_attention, linear_layout
 from .draft_tree import DraftTree
 
-SIZES = (*range(1, 17), 20, 24, 32, 48, 64)  # draft sizes K whose t(1 + K) is measured
+SIZES = (*range(1, 9), 10, 12, 14, 16, 20, 24, 32, 48, 64)  # K whose t(1 + K) is measured
+# The transposed linear layout only pays for a few rows; larger forwards are timed in
+# the stock layout alone, which keeps the whole measurement to about ten seconds.
+MAX_TRANSPOSED = 17
 SHARE_BINS = np.array([0.1, 0.33, 0.66, 0.99])  # share of the subtree's frequency
 MAX_DEPTH_BUCKET = 8
 MAX_MATCH_BUCKET = 3
@@ -116,10 +119,12 @@ class DraftBudget:
 @dataclass(frozen=True)
 class LatencyCurve:
     """Measured forward costs: seconds per forward of ``q`` new tokens, each in the
-    faster linear-layer layout (see :mod:`ngram_trie_rag.linear_layout`)."""
+    faster linear-layer layout (see :mod:`ngram_trie_rag.linear_layout`), and whether
+    a plain step's attention runs packed (see :mod:`ngram_trie_rag.gqa_attention`)."""
 
-    seconds: dict[int, float]  # q -> seconds, the faster layout's
+    seconds: dict[int, float]  # q -> seconds, the fastest variant's
     transposed: frozenset[int] = frozenset()  # sizes q where the transposed layout won
+    pack_single: bool = False  # a one-token forward is faster with packed GQA
 
     def use_transposed(self, q: int) -> bool:
         """The layout choice for a forward of ``q`` tokens: the nearest measured size
@@ -129,13 +134,22 @@ class LatencyCurve:
         return max(p for p in self.seconds if p <= q) in self.transposed
 
 
-def latency_curve(model, past_len: int = 512, sizes: Sequence[int] = SIZES,
-                  repeats: int = 2) -> LatencyCurve:
+def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = None,
+                  past_len: int = 512, sizes: Sequence[int] = SIZES,
+                  repeats: int = 3) -> LatencyCurve:
     """Time a forward of ``1 + K`` new tokens after ``past_len`` cached ones, for every
-    K in ``sizes``; on a CPU in both linear layouts, interleaved so drift hits both."""
-    from .kv_cache import new_cache
+    K in ``sizes``, as verification runs it: a plain step unmasked, a draft (here a
+    chain) with its tree mask and, with ``packed_gqa``, packed masked GQA.
 
-    device = model.device
+    The variants are timed interleaved, so drift hits all of them: on a CPU both
+    linear layouts (up to ``MAX_TRANSPOSED`` tokens), and for a plain step with
+    ``packed_gqa`` both attentions. A variant other than the stock one must be faster
+    by ``LAYOUT_MARGIN``. Each keeps its fastest run: contention only ever adds time.
+    """
+    from .kv_cache import new_cache
+    from .tree_attention import tree_inputs
+
+    device, dtype = model.device, model.dtype
     vocab = model.config.vocab_size
     layouts = (False, True) if linear_layout.applies(model) else (False,)
     past_len = min(past_len, int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
@@ -143,47 +157,69 @@ def latency_curve(model, past_len: int = 512, sizes: Sequence[int] = SIZES,
     prefix = torch.randint(0, vocab, (1, past_len), generator=gen).to(device)
     seconds: dict[int, float] = {}
     transposed: set[int] = set()
+    pack_single = False
     with torch.inference_mode():
         cache = new_cache()
         model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
         for q in [1] + [1 + k for k in sizes]:
             ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
-            pos = torch.arange(past_len, past_len + q, device=device)[None]
-            best = dict.fromkeys(layouts, float("inf"))
+            if q == 1:
+                pos, mask = torch.tensor([[past_len]], device=device), None
+                packs = (False, True) if packed_gqa else (False,)
+            else:
+                chain = DraftTree.chain(ids[0, 1:].tolist())
+                pos, mask = tree_inputs(chain, past_len, device, dtype, sliding_window)
+                packs = (packed_gqa,)
+            tried = [(lay, pack) for lay in (layouts if q <= MAX_TRANSPOSED else (False,))
+                     for pack in packs]
+            best = dict.fromkeys(tried, float("inf"))
             for _ in range(repeats + 1):  # the first run warms up this shape
-                for layout in layouts:
-                    with linear_layout.transposed(model, layout):
+                for lay, pack in tried:
+                    with (gqa_attention.masked_gqa(model, pack or mask is not None and
+                                                   packed_gqa, single=pack),
+                          linear_layout.transposed(model, lay)):
                         _sync(device)
                         start = time.perf_counter()
-                        model(input_ids=ids, position_ids=pos, past_key_values=cache,
-                              use_cache=True)
+                        model(input_ids=ids, position_ids=pos, attention_mask=mask,
+                              past_key_values=cache, use_cache=True)
                         _sync(device)
-                    best[layout] = min(best[layout], time.perf_counter() - start)
+                    best[lay, pack] = min(best[lay, pack], time.perf_counter() - start)
                     for layer in cache.layers:  # drop what this forward appended
                         layer.keys = layer.keys[:, :, :past_len]
                         layer.values = layer.values[:, :, :past_len]
-            if best.get(True, float("inf")) < LAYOUT_MARGIN * best[False]:
+            pack = packs[0]
+            if q == 1 and len(packs) == 2:
+                fastest = {p: min(t for (_, p2), t in best.items() if p2 == p) for p in packs}
+                pack = pack_single = fastest[True] < LAYOUT_MARGIN * fastest[False]
+            if best.get((True, pack), float("inf")) < LAYOUT_MARGIN * best[False, pack]:
                 transposed.add(q)
-            seconds[q] = min(best.values())
-    return LatencyCurve(seconds, frozenset(transposed))
+            seconds[q] = best[q in transposed, pack]
+    return LatencyCurve(seconds, frozenset(transposed), pack_single)
 
 
 def _monotone(curve: dict[int, float]) -> dict[int, float]:
-    """A forward of more tokens is taken to never cost less: the running maximum.
+    """The nearest non-decreasing curve (least squares, pool adjacent violators).
 
-    Not physics: with the stock linear layout a forward of 2 or 3 tokens cost more than
-    one of 4 to 8 in fp32 on a CPU (small-row products miss the fast kernels; the
-    measured layout choice now removes most of that), and the measured curve is noisy.
-    Using the raw curve made the budget pick smaller trees on long copied spans and
-    measured slower on Spec-Bench RAG (1.21x vs 1.39x-1.45x decode speed-up in full
-    harness runs with the stock layout), so the running maximum, which also absorbs
-    timing noise, stays.
+    A forward of more tokens is taken to never cost less. Not physics: with the stock
+    linear layout a forward of 2 or 3 tokens cost more than one of 4 to 8 in fp32 on a
+    CPU (the measured layout choice now removes most of that), and using the raw,
+    non-monotone curve made the budget pick smaller trees on long copied spans (1.21x
+    vs 1.39x-1.45x decode speed-up in full Spec-Bench RAG harness runs). A monotone
+    curve is kept; it is fitted rather than a running maximum because one forward
+    timed in a busy moment (on a loaded two-core machine, 148 ms for 15 tokens beside
+    100 ms for 16) would otherwise raise every larger size to it, and the budget would
+    then shy away from trees that cost no more than a plain step.
     """
-    out, worst = {}, 0.0
-    for q in sorted(curve):
-        worst = max(worst, curve[q])
-        out[q] = worst
-    return out
+    sizes = sorted(curve)
+    blocks: list[list[float]] = []  # [sum, count] of pooled neighbours
+    for q in sizes:
+        blocks.append([curve[q], 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    fitted = [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
+    return dict(zip(sizes, fitted, strict=True))
 
 
 def _sync(device: torch.device) -> None:

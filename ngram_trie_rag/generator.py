@@ -219,21 +219,24 @@ class SpeculativeGenerator:
     def _forward_costs(self) -> LatencyCurve:
         """This model's latency curve and the faster linear layout per forward size.
 
-        Measured once per process for each (model, dtype, device, threads) -- seconds
-        -- and refined online by the budget. It is not persisted: a curve measured on a
-        busy machine must not outlive that moment.
+        Measured once per process for each (architecture and size, dtype, device,
+        threads) -- about ten seconds -- and refined online by the budget; two loads of
+        the same model share it. It is not persisted: a curve measured on a busy
+        machine must not outlive that moment.
         """
         if self._costs is None:
-            cfg, dev = self.model.config, self.model.device
-            key = (id(self.model), str(self.model.dtype), str(dev), torch.get_num_threads(),
+            model, dev = self.model, self.model.device
+            cfg = model.config
+            key = (type(model).__name__, cfg.model_type, model.num_parameters(),
+                   str(model.dtype), str(dev), torch.get_num_threads(),
                    cfg.num_hidden_layers, cfg.hidden_size)
             if key not in _LATENCY_CURVES:
                 # Measure with the model to ourselves when we can get it; a thread that
                 # already holds it (an unfinished stream of its own) must not deadlock.
                 held = self._lock.acquire(timeout=10)
                 try:
-                    with gqa_attention.masked_gqa(self.model, self._masked_gqa):
-                        _LATENCY_CURVES[key] = latency_curve(self.model)
+                    _LATENCY_CURVES[key] = latency_curve(self.model, self._masked_gqa,
+                                                         self.sliding_window)
                 finally:
                     if held:
                         self._lock.release()
@@ -301,8 +304,9 @@ class SpeculativeGenerator:
             candidates = tree
             if budget is not None and len(tree):
                 tree = candidates.top(budget.choose(candidates))
+            packed = self._masked_gqa and (len(tree) > 0 or costs.pack_single)
             tokens, finish = self._verify(tree, history[-1], past, params, gen, cache, stats,
-                                          t0, costs.use_transposed(1 + len(tree)))
+                                          t0, costs.use_transposed(1 + len(tree)), packed)
             if budget is not None:
                 budget.record_latency(1 + len(tree), stats.last_forward_s)
                 budget.observe(candidates, tokens)
@@ -316,8 +320,11 @@ class SpeculativeGenerator:
 
     def _verify(self, tree: DraftTree, last: int, past: int, params: SamplingParams,
                 gen: torch.Generator | None, cache, stats: GenerationStats,
-                t0: float, transposed: bool) -> tuple[list[int], FinishReason | None]:
-        """One forward over [last] + tree; returns the emitted tokens (cut at EOS)."""
+                t0: float, transposed: bool,
+                packed: bool) -> tuple[list[int], FinishReason | None]:
+        """One forward over [last] + tree; returns the emitted tokens (cut at EOS).
+        ``transposed`` and ``packed`` pick the linear layout and the GQA attention
+        (packed for every draft; for a plain step where it measured faster)."""
         device = self.model.device
         input_ids = torch.tensor([[last, *tree.tokens.tolist()]], device=device)
         if len(tree):
@@ -326,7 +333,7 @@ class SpeculativeGenerator:
             pos, mask = torch.tensor([[past]], device=device), None
         t1 = time.perf_counter()
         stats.draft_s += t1 - t0
-        with (gqa_attention.masked_gqa(self.model, self._masked_gqa and mask is not None),
+        with (gqa_attention.masked_gqa(self.model, packed, single=mask is None),
               linear_layout.transposed(self.model, transposed)):
             out = self.model(input_ids=input_ids, position_ids=pos, attention_mask=mask,
                              past_key_values=cache, use_cache=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ngram_trie_rag import DraftTree, NGramTrie
-from ngram_trie_rag.budget import DraftBudget
+from ngram_trie_rag.budget import DraftBudget, _monotone
 
 FLAT = {q: 0.040 for q in range(1, 66)}  # verifying more is free (GPU, bf16)
 STEEP = {q: 0.040 * q for q in range(1, 66)}  # every token costs a full step
@@ -55,3 +55,14 @@ def test_learning_moves_the_choice() -> None:
     assert budget.choose(tree) >= 3
     p = budget.probabilities(tree)
     assert np.all((p >= 0) & (p <= 1))
+
+
+def test_latency_fit_is_monotone_and_pools_a_spike() -> None:
+    smooth = {1: 0.04, 2: 0.045, 4: 0.05, 8: 0.08}
+    assert _monotone(smooth) == smooth  # already monotone: unchanged
+    # One slow measurement (a busy moment) is averaged with the sizes it exceeds
+    # instead of raising every larger size to it.
+    fitted = _monotone({1: 0.04, 2: 0.10, 3: 0.05, 4: 0.06, 5: 0.20})
+    assert list(fitted.values()) == sorted(fitted.values())
+    assert np.isclose(fitted[2], 0.07) and np.isclose(fitted[4], 0.07)
+    assert fitted[1] == 0.04 and fitted[5] == 0.20

@@ -78,3 +78,24 @@ def test_greedy_exact_across_budgets(generator, num_draft: int) -> None:
     result = generator.generate(messages, max_new_tokens=MAX_NEW, num_draft=num_draft)
     assert result.token_ids == expected
     assert result.stats.mean_accept_length >= 1.0
+
+
+ENGINE_CASES = [c for c in CASES if c[0] in ("rag-0", "hagrid-0")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transposed", [False, True], ids=["stock-layout", "transposed-layout"])
+@pytest.mark.parametrize(("name", "messages", "docs"), ENGINE_CASES,
+                         ids=[c[0] for c in ENGINE_CASES])
+def test_engine_variants_keep_greedy_exact(generator, name, messages, docs,
+                                           transposed: bool) -> None:
+    """Whatever the latency curve picks on a host -- packed attention for plain steps,
+    either linear layout at any size -- greedy output stays that of ``generate``."""
+    from ngram_trie_rag import SpeculativeGenerator
+    from ngram_trie_rag.budget import LatencyCurve
+
+    seconds = dict(generator._forward_costs().seconds)
+    forced = SpeculativeGenerator(generator.model, generator.tokenizer)
+    forced._costs = LatencyCurve(seconds, frozenset(seconds) if transposed else frozenset(),
+                                 pack_single=True)
+    _check(forced, messages, docs, "trie")

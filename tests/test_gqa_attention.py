@@ -69,3 +69,29 @@ def test_applies_only_to_sdpa_with_fewer_kv_heads(generator) -> None:
         cfg.num_key_value_heads = kv_heads
         cfg._attn_implementation = "sdpa"
     assert gqa_attention.applies(generator.model)
+
+
+def _step_logits(model, single: bool) -> torch.Tensor:
+    """Logits of a plain decode step (one token, no mask) after 300 cached tokens."""
+    gen = torch.Generator().manual_seed(1)
+    prefix = torch.randint(0, model.config.vocab_size, (1, 300), generator=gen)
+    with torch.inference_mode():
+        cache = new_cache()
+        model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        with gqa_attention.masked_gqa(model, single, single=single):
+            return model(input_ids=torch.tensor([[4]]), position_ids=torch.tensor([[300]]),
+                         past_key_values=cache, use_cache=True).logits
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_packed_single_query_matches_stock_attention(generator, bf16_model, dtype) -> None:
+    model = generator.model if dtype == "float32" else bf16_model
+    stock, packed = _step_logits(model, False), _step_logits(model, True)
+    tol = 1e-4 if dtype == "float32" else 0.125  # other kernels: a few bf16 ulps, no more
+    torch.testing.assert_close(packed, stock, rtol=tol, atol=tol)
+    assert torch.equal(packed.argmax(-1), stock.argmax(-1))
+    cfg = model.config
+    with gqa_attention.masked_gqa(model, True, single=True):
+        used = ALL_ATTENTION_FUNCTIONS.get_interface(cfg._attn_implementation, None)
+        assert used is gqa_attention.sdpa_packed_gqa
+    assert cfg._attn_implementation == "sdpa"
