@@ -17,17 +17,24 @@ TREE = DraftTree(np.array([5, 6, 7, 8, 9, 10, 11]), np.array([-1, 0, 1, -1, 3, 0
                  np.array([1, 2, 3, 1, 2, 2, 3]), np.ones(7, dtype=np.int64), 1)
 
 
-def _verify_logits(model, fast: bool) -> torch.Tensor:
+def _after_prefix(model, ids: torch.Tensor, packed: bool, single: bool = False,
+                  **inputs) -> torch.Tensor:
+    """Logits of a forward of ``ids`` after 300 random cached tokens, the packed GQA
+    attention on or off."""
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, model.config.vocab_size, (1, 300), generator=gen)
     with torch.inference_mode():
         cache = new_cache()
         model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        pos, mask = tree_inputs(TREE, 300, model.device, model.dtype)
-        ids = torch.tensor([[4, *TREE.tokens.tolist()]], device=model.device)
-        with gqa_attention.masked_gqa(model, fast):
-            return model(input_ids=ids, position_ids=pos, attention_mask=mask,
-                         past_key_values=cache, use_cache=True).logits
+        with gqa_attention.masked_gqa(model, packed, single=single):
+            return model(input_ids=ids, past_key_values=cache, use_cache=True,
+                         **inputs).logits
+
+
+def _verify_logits(model, fast: bool) -> torch.Tensor:
+    pos, mask = tree_inputs(TREE, 300, model.device, model.dtype)
+    ids = torch.tensor([[4, *TREE.tokens.tolist()]], device=model.device)
+    return _after_prefix(model, ids, fast, position_ids=pos, attention_mask=mask)
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +79,9 @@ def test_applies_only_to_sdpa_with_fewer_kv_heads(generator) -> None:
 
 
 def _step_logits(model, single: bool) -> torch.Tensor:
-    """Logits of a plain decode step (one token, no mask) after 300 cached tokens."""
-    gen = torch.Generator().manual_seed(1)
-    prefix = torch.randint(0, model.config.vocab_size, (1, 300), generator=gen)
-    with torch.inference_mode():
-        cache = new_cache()
-        model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        with gqa_attention.masked_gqa(model, single, single=single):
-            return model(input_ids=torch.tensor([[4]]), position_ids=torch.tensor([[300]]),
-                         past_key_values=cache, use_cache=True).logits
+    """Logits of a plain decode step (one token, no mask)."""
+    return _after_prefix(model, torch.tensor([[4]]), single, single=single,
+                         position_ids=torch.tensor([[300]]))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

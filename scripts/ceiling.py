@@ -1,0 +1,104 @@
+"""How far a drafter is from what copying can give, from a benchmark's own answers.
+
+Greedy answers are deterministic, so a ``results.json`` written by ``ngram-trie-rag
+bench`` (it stores every prompt's plain greedy ``reference_ids``) is enough to replay
+drafters without the model. For each data set this prints, per decode step pooled:
+
+- ``oracle``: the best continuation after any earlier occurrence of the last token in
+  prompt + answer, any depth (the harness's ``oracle_accept_length``);
+- ``clairvoyant trie``: a selector that knows the answer and verifies exactly the right
+  path among the trie's candidates (the back-off union below the match, 64 nodes,
+  depth <= n - 1): the best any ranking of those candidates can do;
+- the run's measured ``trie`` (and ``plain``) figures, for comparison.
+
+With ``--latency`` the model's latency curve is measured (as the generator measures it)
+and each selector's steps are costed with it: decode time relative to plain one-token
+steps, an estimate that ignores drafting overheads, not a measurement.
+
+    python scripts/ceiling.py docs/results/rag-bf16.json --latency
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.bench.data import load_items
+from ngram_trie_rag.bench.runner import encode_item
+from ngram_trie_rag.budget import DraftBudget
+from ngram_trie_rag.oracle import oracle_accept_lengths
+from ngram_trie_rag.proposers import propose_backoff
+
+CANDIDATES = 64
+
+
+def clairvoyant_steps(gen: SpeculativeGenerator, ids: list[int], docs: list[list[int]] | None,
+                      answer: list[int], max_new_tokens: int) -> list[int]:
+    """Accept lengths when every step verifies exactly the true path among the trie's
+    candidates (the generator's trie, extended with the answer as it is produced)."""
+    trie = gen.build_trie(ids, docs)
+    lp = gen.config.prefix_len
+    history = [*ids, answer[0]]
+    trie.extend([answer[0]])
+    t, out = 1, []
+    while t < len(answer):
+        cand = propose_backoff(trie, history[-lp:], CANDIDATES, max_new_tokens - t - 1)
+        step = min(len(cand.path_nodes(answer[t:])) + 1, len(answer) - t)
+        out.append(step)
+        history.extend(answer[t : t + step])
+        trie.extend(answer[t : t + step])
+        t += step
+    return out
+
+
+def costed(steps: list[int], cost: Callable[[int], float] | None) -> str:
+    """Mean accept length, and with a cost curve the decode speed over plain steps."""
+    al = sum(steps) / len(steps)
+    if cost is None:
+        return f"AL {al:.3f}"
+    # a step accepting a tokens verified a - 1 drafted nodes (the rest is the bonus)
+    speed = sum(steps) * cost(0) / sum(cost(a - 1) for a in steps)
+    return f"AL {al:.3f}, est. {speed:.2f}x plain"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("results", type=Path, help="a results.json from ngram-trie-rag bench")
+    parser.add_argument("--latency", action="store_true",
+                        help="measure the latency curve and estimate speeds")
+    args = parser.parse_args()
+
+    doc = json.loads(args.results.read_text())
+    meta = doc["meta"]
+    gen = SpeculativeGenerator.from_pretrained(dtype=meta["dtype"])
+    items = load_items(meta["data"], meta["rows_used"])
+    cost = None
+    if args.latency:
+        cost = DraftBudget(dict(gen._forward_costs().seconds), CANDIDATES).cost
+    oracle, clairvoyant = [], []
+    for item, record in zip(items, doc["prompts"], strict=True):
+        ids = encode_item(gen, item)
+        if len(ids) != record["prompt_tokens"]:
+            raise SystemExit(f"prompt {record['id']}: {len(ids)} tokens here, "
+                             f"{record['prompt_tokens']} in the results: another tokenizer?")
+        answer = record["reference_ids"]
+        docs = gen.encode_documents(item.documents) if item.documents else None
+        oracle += oracle_accept_lengths(ids, answer)
+        clairvoyant += clairvoyant_steps(gen, ids, docs, answer, meta["max_new_tokens"])
+    runs = doc["methods"]
+    print(f"{meta['data']} ({meta['rows_used']} prompts, {meta['dtype']})")
+    print(f"  oracle (copy from any occurrence, any depth): {costed(oracle, cost)}")
+    print(f"  clairvoyant selection of the trie's candidates: {costed(clairvoyant, cost)}")
+    trie = runs["trie"]
+    line = f"  measured trie: AL {trie['mean_accept_length']:.3f}"
+    if "plain" in runs:
+        speed = trie["decode_tokens_per_s"] / runs["plain"]["decode_tokens_per_s"]
+        line += f", {speed:.2f}x plain (decode tokens/s)"
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
