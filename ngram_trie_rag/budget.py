@@ -38,9 +38,9 @@ MAX_TRANSPOSED = 17
 SHARE_BINS = np.array([0.1, 0.33, 0.66, 0.99])  # share of the subtree's frequency
 MAX_DEPTH_BUCKET = 8
 MAX_MATCH_BUCKET = 3
-# The transposed linear layout must win by this factor: where both layouts cost the
-# same (bf16 here), timing noise would otherwise pick one per size at random, and
-# the two round differently.
+# A non-stock variant (the transposed linear layout, packed single-query attention)
+# must win by this factor: where both cost the same (bf16 layouts here), timing noise
+# would otherwise pick one per size at random, and the two round differently.
 LAYOUT_MARGIN = 0.9
 
 
@@ -122,7 +122,7 @@ class LatencyCurve:
     faster linear-layer layout (see :mod:`ngram_trie_rag.linear_layout`), and whether
     a plain step's attention runs packed (see :mod:`ngram_trie_rag.gqa_attention`)."""
 
-    seconds: dict[int, float]  # q -> seconds, the fastest variant's
+    seconds: dict[int, float]  # q -> seconds, the chosen variant's
     transposed: frozenset[int] = frozenset()  # sizes q where the transposed layout won
     pack_single: bool = False  # a one-token forward is faster with packed GQA
 
@@ -175,8 +175,7 @@ def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = 
             best = dict.fromkeys(tried, float("inf"))
             for _ in range(repeats + 1):  # the first run warms up this shape
                 for lay, pack in tried:
-                    with (gqa_attention.masked_gqa(model, pack or mask is not None and
-                                                   packed_gqa, single=pack),
+                    with (gqa_attention.masked_gqa(model, pack, single=pack),
                           linear_layout.transposed(model, lay)):
                         _sync(device)
                         start = time.perf_counter()

@@ -75,17 +75,15 @@ def _packed(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     groups = getattr(module, "num_key_value_groups", 1)
     plain = not any(kwargs.get(k) is not None for k in ("softcap", "position_bias", "cache"))
     b, heads, q_len, dim = query.shape
+    masked = attention_mask is not None and attention_mask.shape[1] == 1
+    lone = single and attention_mask is None and q_len == 1
     if (groups > 1 and query.device.type == "cpu" and dropout == 0.0 and plain
-            and dim == value.shape[-1]):
+            and dim == value.shape[-1] and (masked or lone)):
         packed = query.reshape(b, heads // groups, groups * q_len, dim)
-        if attention_mask is not None and attention_mask.shape[1] == 1:
-            out = torch.nn.functional.scaled_dot_product_attention(
-                packed, key, value, attn_mask=_tiled(attention_mask, groups), scale=scaling)
-            return out.view(b, heads, q_len, dim).transpose(1, 2).contiguous(), None
-        if single and attention_mask is None and q_len == 1:
-            out = torch.nn.functional.scaled_dot_product_attention(packed, key, value,
-                                                                   scale=scaling)
-            return out.view(b, heads, q_len, dim).transpose(1, 2).contiguous(), None
+        mask = _tiled(attention_mask, groups) if masked else None
+        out = torch.nn.functional.scaled_dot_product_attention(packed, key, value,
+                                                               attn_mask=mask, scale=scaling)
+        return out.view(b, heads, q_len, dim).transpose(1, 2).contiguous(), None
     return sdpa_attention_forward(module, query, key, value, attention_mask,
                                   dropout=dropout, scaling=scaling, **kwargs)
 

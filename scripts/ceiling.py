@@ -29,7 +29,7 @@ from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.data import load_items
 from ngram_trie_rag.bench.runner import encode_item
 from ngram_trie_rag.budget import DraftBudget
-from ngram_trie_rag.oracle import oracle_accept_lengths
+from ngram_trie_rag.oracle import oracle_accept_lengths, replay_accept_lengths
 from ngram_trie_rag.proposers import propose_backoff
 
 CANDIDATES = 64
@@ -38,20 +38,10 @@ CANDIDATES = 64
 def clairvoyant_steps(gen: SpeculativeGenerator, ids: list[int], docs: list[list[int]] | None,
                       answer: list[int], max_new_tokens: int) -> list[int]:
     """Accept lengths when every step verifies exactly the true path among the trie's
-    candidates (the generator's trie, extended with the answer as it is produced)."""
-    trie = gen.build_trie(ids, docs)
-    lp = gen.config.prefix_len
-    history = [*ids, answer[0]]
-    trie.extend([answer[0]])
-    t, out = 1, []
-    while t < len(answer):
-        cand = propose_backoff(trie, history[-lp:], CANDIDATES, max_new_tokens - t - 1)
-        step = min(len(cand.path_nodes(answer[t:])) + 1, len(answer) - t)
-        out.append(step)
-        history.extend(answer[t : t + step])
-        trie.extend(answer[t : t + step])
-        t += step
-    return out
+    candidates: the replay of the back-off union with ``CANDIDATES`` nodes (the
+    generator's trie, extended with the answer as it is produced)."""
+    return replay_accept_lengths(propose_backoff, gen.build_trie(ids, docs), ids, answer,
+                                 CANDIDATES, gen.config.prefix_len, max_new_tokens)
 
 
 def costed(steps: list[int], cost: Callable[[int], float] | None) -> str:
