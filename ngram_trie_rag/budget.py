@@ -23,22 +23,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from . import gqa_attention, linear_layout
+from . import linear_layout
 from .draft_tree import DraftTree
+from .linear_layout import Layout, prepack_applies
+from .llama_step import LlamaStep
 
 SIZES = (*range(1, 9), 10, 12, 14, 16, 20, 24, 32, 48, 64)  # K whose t(1 + K) is measured
 # The transposed linear layout only pays for a few rows; larger forwards are timed in
-# the stock layout alone, which keeps the whole measurement to about ten seconds.
+# the stock and prepacked layouts alone, which keeps the measurement to about ten seconds.
 MAX_TRANSPOSED = 17
 SHARE_BINS = np.array([0.1, 0.33, 0.66, 0.99])  # share of the subtree's frequency
 MAX_DEPTH_BUCKET = 8
 MAX_MATCH_BUCKET = 3
-# A non-stock variant (the transposed linear layout, packed single-query attention)
+# A non-stock variant (another linear layout, packed single-query attention)
 # must win by this factor: where both cost the same (bf16 layouts here), timing noise
 # would otherwise pick one per size at random, and the two round differently.
 LAYOUT_MARGIN = 0.9
@@ -119,44 +121,51 @@ class DraftBudget:
 @dataclass(frozen=True)
 class LatencyCurve:
     """Measured forward costs: seconds per forward of ``q`` new tokens, each in the
-    faster linear-layer layout (see :mod:`ngram_trie_rag.linear_layout`), and whether
+    fastest linear-layer layout (see :mod:`ngram_trie_rag.linear_layout`), and whether
     a plain step's attention runs packed (see :mod:`ngram_trie_rag.gqa_attention`)."""
 
     seconds: dict[int, float]  # q -> seconds, the chosen variant's
-    transposed: frozenset[int] = frozenset()  # sizes q where the transposed layout won
+    layouts: dict[int, Layout] = field(default_factory=dict)  # q -> layout; absent: stock
     pack_single: bool = False  # a one-token forward is faster with packed GQA
 
-    def use_transposed(self, q: int) -> bool:
-        """The layout choice for a forward of ``q`` tokens: the nearest measured size
-        at or below it decides; past the largest measured size (prefill), never."""
+    def layout(self, q: int) -> Layout:
+        """The layout for a forward of ``q`` tokens: the nearest measured size at or
+        below it decides; past the largest measured size (prefill), stock."""
         if q > max(self.seconds):
-            return False
-        return max(p for p in self.seconds if p <= q) in self.transposed
+            return "stock"
+        return self.layouts.get(max(p for p in self.seconds if p <= q), "stock")
 
 
 def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = None,
                   past_len: int = 512, sizes: Sequence[int] = SIZES,
-                  repeats: int = 3) -> LatencyCurve:
+                  repeats: int = 3, step: LlamaStep | None = None) -> LatencyCurve:
     """Time a forward of ``1 + K`` new tokens after ``past_len`` cached ones, for every
     K in ``sizes``, as verification runs it: a plain step unmasked, a draft (here a
     chain) with its tree mask and, with ``packed_gqa``, packed masked GQA.
 
-    The variants are timed interleaved, so drift hits all of them: on a CPU both
-    linear layouts (up to ``MAX_TRANSPOSED`` tokens), and for a plain step with
-    ``packed_gqa`` both attentions. A variant other than the stock one must be faster
-    by ``LAYOUT_MARGIN``. Each keeps its fastest run: contention only ever adds time.
+    The variants are timed interleaved, so drift hits all of them: on a CPU each
+    linear layout that applies (transposed up to ``MAX_TRANSPOSED`` tokens), and for a
+    plain step with ``packed_gqa`` both attentions. ``step``: the generator's Llama step, timed
+    instead of the modules when it runs one (see :mod:`ngram_trie_rag.forward`). A
+    variant other than the stock one must be faster by ``LAYOUT_MARGIN``. Each keeps
+    its fastest run: contention only ever adds time.
     """
+    from .forward import forward
     from .kv_cache import new_cache
     from .tree_attention import tree_inputs
 
     device, dtype = model.device, model.dtype
     vocab = model.config.vocab_size
-    layouts = (False, True) if linear_layout.applies(model) else (False,)
+    layouts: list[Layout] = ["stock"]
+    if linear_layout.applies(model):
+        layouts.append("transposed")
+    if step is not None and prepack_applies(model):
+        layouts.append("prepacked")
     past_len = min(past_len, int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (1, past_len), generator=gen).to(device)
     seconds: dict[int, float] = {}
-    transposed: set[int] = set()
+    chosen: dict[int, Layout] = {}
     pack_single = False
     with torch.inference_mode():
         cache = new_cache()
@@ -170,18 +179,15 @@ def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = 
                 chain = DraftTree.chain(ids[0, 1:].tolist())
                 pos, mask = tree_inputs(chain, past_len, device, dtype, sliding_window)
                 packs = (packed_gqa,)
-            tried = [(lay, pack) for lay in (layouts if q <= MAX_TRANSPOSED else (False,))
-                     for pack in packs]
+            tried = [(lay, pack) for lay in layouts for pack in packs
+                     if lay != "transposed" or q <= MAX_TRANSPOSED]
             best = dict.fromkeys(tried, float("inf"))
             for _ in range(repeats + 1):  # the first run warms up this shape
                 for lay, pack in tried:
-                    with (gqa_attention.masked_gqa(model, pack, single=pack),
-                          linear_layout.transposed(model, lay)):
-                        _sync(device)
-                        start = time.perf_counter()
-                        model(input_ids=ids, position_ids=pos, attention_mask=mask,
-                              past_key_values=cache, use_cache=True)
-                        _sync(device)
+                    _sync(device)
+                    start = time.perf_counter()
+                    forward(model, step, ids, pos, mask, cache, lay, pack)
+                    _sync(device)
                     best[lay, pack] = min(best[lay, pack], time.perf_counter() - start)
                     for layer in cache.layers:  # drop what this forward appended
                         layer.keys = layer.keys[:, :, :past_len]
@@ -190,10 +196,11 @@ def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = 
             if q == 1 and len(packs) == 2:
                 fastest = {p: min(t for (_, p2), t in best.items() if p2 == p) for p in packs}
                 pack = pack_single = fastest[True] < LAYOUT_MARGIN * fastest[False]
-            if best.get((True, pack), float("inf")) < LAYOUT_MARGIN * best[False, pack]:
-                transposed.add(q)
-            seconds[q] = best[q in transposed, pack]
-    return LatencyCurve(seconds, frozenset(transposed), pack_single)
+            lay = min((lay for lay, p in tried if p == pack), key=lambda lay: best[lay, pack])
+            if best[lay, pack] < LAYOUT_MARGIN * best["stock", pack]:
+                chosen[q] = lay
+            seconds[q] = best[chosen.get(q, "stock"), pack]
+    return LatencyCurve(seconds, chosen, pack_single)
 
 
 def _monotone(curve: dict[int, float]) -> dict[int, float]:

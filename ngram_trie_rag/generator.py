@@ -25,10 +25,12 @@ from typing import Any
 
 import torch
 
-from . import gqa_attention, linear_layout
+from . import gqa_attention, llama_step
 from .budget import DraftBudget, LatencyCurve, latency_curve
 from .draft_tree import DraftTree
+from .forward import forward
 from .kv_cache import compact, new_cache
+from .linear_layout import Layout
 from .proposers import PROPOSERS
 from .result import FinishReason, GenerationResult, GenerationStats
 from .sampling import SamplingParams, accept, choose
@@ -81,6 +83,8 @@ class SpeculativeGenerator:
         self.sliding_window = _sliding_window(model.config)
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self._masked_gqa = gqa_attention.applies(model)  # CPU + SDPA + GQA: no repeat_kv
+        # Steps without module dispatch where the structure allows; None: the modules.
+        self.step = llama_step.for_model(model) if llama_step.applies(model) else None
         self._budget: DraftBudget | None = None
         self._costs: LatencyCurve | None = None
         # One lock per model, shared by every generator over it (they share weights and
@@ -229,14 +233,14 @@ class SpeculativeGenerator:
             cfg = model.config
             key = (type(model).__name__, cfg.model_type, model.num_parameters(),
                    str(model.dtype), str(dev), torch.get_num_threads(),
-                   cfg.num_hidden_layers, cfg.hidden_size)
+                   cfg.num_hidden_layers, cfg.hidden_size, self.step is not None)
             if key not in _LATENCY_CURVES:
                 # Measure with the model to ourselves when we can get it; a thread that
                 # already holds it (an unfinished stream of its own) must not deadlock.
                 held = self._lock.acquire(timeout=10)
                 try:
                     _LATENCY_CURVES[key] = latency_curve(self.model, self._masked_gqa,
-                                                         self.sliding_window)
+                                                         self.sliding_window, step=self.step)
                 finally:
                     if held:
                         self._lock.release()
@@ -306,7 +310,7 @@ class SpeculativeGenerator:
                 tree = candidates.top(budget.choose(candidates))
             packed = self._masked_gqa and (len(tree) > 0 or costs.pack_single)
             tokens, finish = self._verify(tree, history[-1], past, params, gen, cache, stats,
-                                          t0, costs.use_transposed(1 + len(tree)), packed)
+                                          t0, costs.layout(1 + len(tree)), packed)
             if budget is not None:
                 budget.record_latency(1 + len(tree), stats.last_forward_s)
                 budget.observe(candidates, tokens)
@@ -320,10 +324,10 @@ class SpeculativeGenerator:
 
     def _verify(self, tree: DraftTree, last: int, past: int, params: SamplingParams,
                 gen: torch.Generator | None, cache, stats: GenerationStats,
-                t0: float, transposed: bool,
+                t0: float, layout: Layout,
                 packed: bool) -> tuple[list[int], FinishReason | None]:
         """One forward over [last] + tree; returns the emitted tokens (cut at EOS).
-        ``transposed`` and ``packed`` pick the linear layout and the GQA attention
+        ``layout`` and ``packed`` pick the linear layout and the GQA attention
         (packed for every draft; for a plain step where it measured faster)."""
         device = self.model.device
         input_ids = torch.tensor([[last, *tree.tokens.tolist()]], device=device)
@@ -333,11 +337,8 @@ class SpeculativeGenerator:
             pos, mask = torch.tensor([[past]], device=device), None
         t1 = time.perf_counter()
         stats.draft_s += t1 - t0
-        with (gqa_attention.masked_gqa(self.model, packed, single=mask is None),
-              linear_layout.transposed(self.model, transposed)):
-            out = self.model(input_ids=input_ids, position_ids=pos, attention_mask=mask,
-                             past_key_values=cache, use_cache=True)
-        tokens, path = accept(tree, out.logits[0], params, gen)  # syncs with the device
+        logits = forward(self.model, self.step, input_ids, pos, mask, cache, layout, packed)
+        tokens, path = accept(tree, logits, params, gen)  # syncs with the device
         stats.last_forward_s = time.perf_counter() - t1
         if len(tree):
             compact(cache, past, [0, *path])

@@ -80,7 +80,7 @@ def _packed(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     if (groups > 1 and query.device.type == "cpu" and dropout == 0.0 and plain
             and dim == value.shape[-1] and (masked or lone)):
         packed = query.reshape(b, heads // groups, groups * q_len, dim)
-        mask = _tiled(attention_mask, groups) if masked else None
+        mask = tiled_mask(attention_mask, groups) if masked else None
         out = torch.nn.functional.scaled_dot_product_attention(packed, key, value,
                                                                attn_mask=mask, scale=scaling)
         return out.view(b, heads, q_len, dim).transpose(1, 2).contiguous(), None
@@ -91,7 +91,7 @@ def _packed(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
 _TILED: list[tuple[torch.Tensor, int, torch.Tensor]] = []  # the last mask tiled
 
 
-def _tiled(mask: torch.Tensor, groups: int) -> torch.Tensor:
+def tiled_mask(mask: torch.Tensor, groups: int) -> torch.Tensor:
     """(B, 1, Q, S) -> (B, 1, G * Q, S), row g * Q + q = mask row q. Every layer of one
     forward gets the same mask object, so the last tiling is kept and reused."""
     last = _TILED[0] if _TILED else None  # one read: other threads may replace it

@@ -83,19 +83,26 @@ def test_greedy_exact_across_budgets(generator, num_draft: int) -> None:
 ENGINE_CASES = [c for c in CASES if c[0] in ("rag-0", "hagrid-0")]
 
 
+ENGINES = [("llama-step", "stock"), ("llama-step", "transposed"), ("llama-step", "prepacked"),
+           ("modules", "stock"), ("modules", "transposed")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("transposed", [False, True], ids=["stock-layout", "transposed-layout"])
+@pytest.mark.parametrize(("engine", "layout"), ENGINES, ids=[f"{e}-{lay}" for e, lay in ENGINES])
 @pytest.mark.parametrize(("name", "messages", "docs"), ENGINE_CASES,
                          ids=[c[0] for c in ENGINE_CASES])
-def test_engine_variants_keep_greedy_exact(generator, name, messages, docs,
-                                           transposed: bool) -> None:
+def test_engine_variants_keep_greedy_exact(generator, name, messages, docs, engine: str,
+                                           layout: str) -> None:
     """Whatever the latency curve picks on a host -- packed attention for plain steps,
-    either linear layout at any size -- greedy output stays that of ``generate``."""
+    any linear layout at any size -- and whether the steps run the Llama step or
+    the modules, greedy output stays that of ``generate``."""
     from ngram_trie_rag import SpeculativeGenerator
     from ngram_trie_rag.budget import LatencyCurve
 
     seconds = dict(generator._forward_costs().seconds)
     forced = SpeculativeGenerator(generator.model, generator.tokenizer)
-    forced._costs = LatencyCurve(seconds, frozenset(seconds) if transposed else frozenset(),
-                                 pack_single=True)
+    assert forced.step is not None  # the packaged model is a Llama
+    if engine == "modules":
+        forced.step = None
+    forced._costs = LatencyCurve(seconds, dict.fromkeys(seconds, layout), pack_single=True)
     _check(forced, messages, docs, "trie")

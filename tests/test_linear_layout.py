@@ -47,13 +47,14 @@ def test_transposed_forward_gives_the_same_greedy_tokens(generator) -> None:
 
 
 def test_layout_choice_per_forward_size() -> None:
-    curve = LatencyCurve({1: 0.03, 2: 0.05, 5: 0.06, 9: 0.08}, frozenset({1, 5}))
-    assert curve.use_transposed(1)
-    assert not curve.use_transposed(2)
-    assert not curve.use_transposed(4)  # the nearest measured size below decides
-    assert curve.use_transposed(5) and curve.use_transposed(8)
-    assert not curve.use_transposed(9)
-    assert not curve.use_transposed(700)  # past the curve (a prefill): never
+    curve = LatencyCurve({1: 0.03, 2: 0.05, 5: 0.06, 9: 0.08},
+                         {1: "transposed", 5: "transposed", 9: "prepacked"})
+    assert curve.layout(1) == "transposed"
+    assert curve.layout(2) == "stock"
+    assert curve.layout(4) == "stock"  # the nearest measured size below decides
+    assert curve.layout(5) == curve.layout(8) == "transposed"
+    assert curve.layout(9) == "prepacked"
+    assert curve.layout(700) == "stock"  # past the curve (a prefill): never another
 
 
 def test_buffer_cache_matches_dynamic_cache_and_compacts(generator) -> None:

@@ -1,0 +1,34 @@
+"""One forward of the generator's: a plain step or a tree verification.
+
+Where :mod:`ngram_trie_rag.llama_step` applies it runs the step; otherwise the model's
+modules run, with the measured attention (:mod:`ngram_trie_rag.gqa_attention`) and
+linear layout (:mod:`ngram_trie_rag.linear_layout`) switched in for this forward
+only. The generator and the latency curve both call this, so the curve times exactly
+what the generator runs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import gqa_attention, linear_layout
+from .linear_layout import Layout
+from .llama_step import LlamaStep
+
+
+def forward(model: torch.nn.Module, step: LlamaStep | None, input_ids: torch.Tensor,
+            position_ids: torch.Tensor, mask: torch.Tensor | dict | None, cache,
+            layout: Layout, packed: bool) -> torch.Tensor:
+    """Logits (Q, V) for ``input_ids`` (1, Q) at ``position_ids`` (1, Q); appends their
+    keys and values to ``cache``. ``layout``: the linear layout ("prepacked" needs the
+    step). ``packed``: GQA packed (every masked forward; a plain
+    step where it measured faster)."""
+    if step is not None:
+        return step(input_ids, position_ids, mask, cache, layout, packed)
+    if layout == "prepacked":
+        raise ValueError("the prepacked layout runs in the Llama step only")
+    with (gqa_attention.masked_gqa(model, packed, single=mask is None),
+          linear_layout.transposed(model, layout == "transposed")):
+        out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
+                    past_key_values=cache, use_cache=True)
+    return out.logits[0]

@@ -1,0 +1,169 @@
+"""The generator's forward for Llama-family models: the modules' operations, called directly.
+
+A decode step of a small model on a CPU is short enough for dispatch to matter.
+Through Transformers' modules a one-token forward of the default model (30 layers,
+two cores, 1,000 cached tokens) takes 38-40 ms in bf16 and 61-63 ms in fp32 (stock
+linear layout); the same operations on the same weights called here take 33-35 ms and
+55 ms. The matrix products and attention are unchanged; what goes is the per-module
+call machinery, keyword plumbing and mask preparation around them, some 150 module
+calls per forward.
+
+Nothing is re-derived: RMSNorm upcasts to fp32 as ``LlamaRMSNorm`` does, RoPE is
+rotate-half with the model's own rotary embedding (so scaled RoPE variants come
+along), keys and values go through the cache's ``update``, and attention is SDPA as
+:mod:`ngram_trie_rag.gqa_attention` runs it. The operations run in the modules' order
+on the modules' weights (no copies), so the logits are bitwise those of the module
+forward (``tests/test_llama_step.py``) in every variant the generator uses: either
+linear layout, packed or stock single-query attention, tree masks.
+
+Only the generator's own steps run here; prefill, ``generate`` and anything else keep
+the modules. :func:`applies` checks the structure it relies on and anything else --
+another architecture, biases, quantised or hooked layers, another attention
+implementation, a GPU (where this has not been measured) -- runs the modules.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+from . import gqa_attention
+from .linear_layout import Layout, prepacked, prepacked_product, transposed_product
+
+_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MATRICES = (2, 3, 4, 5, 10, 11, 12)  # where a layer's tuple holds its linear weights
+
+
+def applies(model: torch.nn.Module) -> bool:
+    """True for an eval-mode ``LlamaForCausalLM`` on a CPU with SDPA attention, plain
+    bias-free linear layers, SiLU MLPs and no module hooks."""
+    cfg = getattr(model, "config", None)
+    if (cfg is None or type(model).__name__ != "LlamaForCausalLM" or model.training
+            or model.device.type != "cpu"
+            or getattr(cfg, "_attn_implementation", None) != "sdpa"
+            or getattr(cfg, "hidden_act", None) != "silu"
+            or getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False)
+            or getattr(cfg, "pretraining_tp", 1) != 1):
+        return False
+    for module in model.modules():
+        if (module._forward_hooks or module._forward_pre_hooks
+                or hasattr(module, "_hf_hook")):  # accelerate offloading, adapters
+            return False
+        if isinstance(module, torch.nn.Linear) and (
+                type(module) is not torch.nn.Linear or module.bias is not None
+                or not module.weight.dtype.is_floating_point):
+            return False
+    return hasattr(model, "model") and hasattr(model.model, "rotary_emb")
+
+
+def for_model(model: torch.nn.Module) -> LlamaStep:
+    """The model's step, one per model: generators over the same model share it and
+    with it the prepacked weight copies."""
+    step = _STEPS.get(model)
+    if step is None:
+        step = _STEPS[model] = LlamaStep(model)
+    return step
+
+
+class LlamaStep:
+    """``step(input_ids, position_ids, mask, cache, layout, packed) -> logits (Q, V)``."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        base = model.model
+        cfg = model.config
+        self.rotary = base.rotary_emb
+        self.embed = base.embed_tokens.weight  # (V, d)
+        self.norm = (base.norm.weight, base.norm.variance_epsilon)
+        self.head = model.lm_head.weight  # (V, d)
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = cfg.num_key_value_heads or self.heads
+        self.layers = []
+        for layer in base.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            self.layers.append((
+                layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
+                attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight,
+                attn.o_proj.weight, attn.head_dim, attn.scaling,
+                layer.post_attention_layernorm.weight,
+                layer.post_attention_layernorm.variance_epsilon,
+                mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight))
+        self._prepacked: tuple[list[tuple], torch.Tensor] | None = None
+        self._versions: list[int] = []  # the weights' in-place versions when packed
+
+    def _weights(self, layout: Layout) -> tuple[list[tuple], torch.Tensor]:
+        """The layers' tuples and lm_head in ``layout``: the modules' own tensors, or
+        for "prepacked" oneDNN copies, made on first use and again after a weight
+        changed in place."""
+        if layout != "prepacked":
+            return self.layers, self.head
+        originals = [t for layer in self.layers for t in (layer[i] for i in _MATRICES)]
+        versions = [t._version for t in [*originals, self.head]]
+        if self._prepacked is None or versions != self._versions:
+            layers = []
+            for layer in self.layers:
+                packed = list(layer)
+                for i in _MATRICES:
+                    packed[i] = prepacked(layer[i])
+                layers.append(tuple(packed))
+            self._prepacked = (layers, prepacked(self.head))
+            self._versions = versions
+        return self._prepacked
+
+    @torch.inference_mode()
+    def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                 mask: torch.Tensor | None, cache, layout: Layout = "stock",
+                 packed: bool = False) -> torch.Tensor:
+        """One forward over ``input_ids`` (1, Q) at ``position_ids`` (1, Q), appending
+        their keys and values to ``cache``. ``mask`` is the additive (1, 1, Q, S) tree
+        mask, or None for a single query. ``layout``: see
+        :mod:`ngram_trie_rag.linear_layout`; ``packed``: a single query's GQA packed as
+        in :func:`ngram_trie_rag.gqa_attention.sdpa_packed_gqa` (masked GQA always is)."""
+        q_len = input_ids.shape[1]
+        if mask is None and q_len != 1:
+            raise ValueError("an unmasked forward must be a single query")
+        linear = {"stock": F.linear, "transposed": transposed_product,
+                  "prepacked": prepacked_product}[layout]
+        layers, head = self._weights(layout)
+        groups = self.heads // self.kv_heads
+        h = F.embedding(input_ids, self.embed)  # (1, Q, d)
+        cos, sin = self.rotary(h, position_ids)  # (1, Q, D) each
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        tiled = gqa_attention.tiled_mask(mask, groups) if mask is not None and groups > 1 else mask
+        for i, (w_in, eps_in, wq, wk, wv, wo, dim, scale, w_post, eps_post,
+                wg, wu, wd) in enumerate(layers):
+            x = _rms_norm(h, w_in, eps_in)
+            q = linear(x, wq).view(1, q_len, -1, dim).transpose(1, 2)  # (1, H, Q, D)
+            k = linear(x, wk).view(1, q_len, -1, dim).transpose(1, 2)  # (1, H_kv, Q, D)
+            v = linear(x, wv).view(1, q_len, -1, dim).transpose(1, 2)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            k, v = cache.update(k, v, i)  # (1, H_kv, S, D): the committed prefix + these
+            if groups == 1:
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+            elif mask is not None or packed:  # query heads sharing a KV head, packed
+                a = F.scaled_dot_product_attention(
+                    q.reshape(1, self.kv_heads, groups * q_len, dim), k, v, attn_mask=tiled,
+                    scale=scale)
+            else:
+                a = F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+            a = a.view(1, self.heads, q_len, dim).transpose(1, 2).reshape(1, q_len, -1)
+            h = h + linear(a, wo)
+            x = _rms_norm(h, w_post, eps_post)
+            h = h + linear(F.silu(linear(x, wg)) * linear(x, wu), wd)
+        h = _rms_norm(h, *self.norm)
+        return linear(h, head)[0]  # (Q, V)
+
+
+def _rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``LlamaRMSNorm``: statistics in fp32, scaled in the input's dtype."""
+    dtype = h.dtype
+    x = h.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

@@ -1,0 +1,145 @@
+"""The Llama step computes bitwise the module forward's logits and cache, in every
+variant the modules run too: stock or transposed linear layout, packed or stock
+single-query attention, tree masks. Its own prepacked layout rounds differently and is
+checked for closeness here and for greedy exactness in ``test_exactness.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tiny_model import tiny_llama
+
+from ngram_trie_rag import SpeculativeGenerator, llama_step
+from ngram_trie_rag.draft_tree import DraftTree
+from ngram_trie_rag.forward import forward
+from ngram_trie_rag.kv_cache import new_cache
+from ngram_trie_rag.llama_step import LlamaStep
+from ngram_trie_rag.tree_attention import tree_inputs
+
+# Two branches below the last committed token, depths 1-3.
+TREE = DraftTree(np.array([5, 6, 7, 8, 9, 10, 11]), np.array([-1, 0, 1, -1, 3, 0, 5]),
+                 np.array([1, 2, 3, 1, 2, 2, 3]), np.ones(7, dtype=np.int64), 1)
+PAST = 300
+
+
+@pytest.fixture(scope="module")
+def bf16_model():
+    from ngram_trie_rag.loading import load_model
+
+    return load_model(None, dtype=torch.bfloat16)[0]
+
+
+def _run(model, step: LlamaStep | None, tree: DraftTree | None, layout: str,
+         packed: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Logits of one forward after ``PAST`` random cached tokens, and the keys and
+    values every layer holds afterwards."""
+    gen = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    prefix = torch.randint(0, vocab, (1, PAST), generator=gen)
+    with torch.inference_mode():
+        cache = new_cache()
+        model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        if tree is None:
+            ids, pos, mask = torch.tensor([[4]]), torch.tensor([[PAST]]), None
+        else:
+            ids = torch.tensor([[4, *(tree.tokens % vocab).tolist()]])
+            pos, mask = tree_inputs(tree, PAST, model.device, model.dtype)
+        logits = forward(model, step, ids, pos, mask, cache, layout, packed)
+    return logits, [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+def _assert_same(model, tree: DraftTree | None, layout: str, packed: bool) -> None:
+    step = LlamaStep(model)
+    want, want_cache = _run(model, None, tree, layout, packed)
+    got, got_cache = _run(model, step, tree, layout, packed)
+    assert got.shape == want.shape == (1 + (len(tree) if tree else 0), model.config.vocab_size)
+    assert torch.equal(got, want)
+    assert all(torch.equal(a, b) for a, b in zip(got_cache, want_cache, strict=True))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("layout", ["stock", "transposed"])
+@pytest.mark.parametrize("variant", ["single", "single-packed", "tree"])
+def test_step_is_bitwise_the_module_forward(generator, bf16_model, dtype, layout,
+                                            variant) -> None:
+    model = generator.model if dtype == "float32" else bf16_model
+    assert llama_step.applies(model)
+    _assert_same(model, TREE if variant == "tree" else None, layout,
+                 packed=variant != "single")
+
+
+@pytest.mark.parametrize("variant", ["single", "tree"])
+def test_prepacked_layout_is_close_and_follows_weight_changes(generator, variant) -> None:
+    model = generator.model
+    tree = TREE if variant == "tree" else None
+    step = LlamaStep(model)
+    want, _ = _run(model, None, tree, "stock", packed=True)
+    got, _ = _run(model, step, tree, "prepacked", packed=True)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+    weight = model.model.layers[0].mlp.down_proj.weight
+    kept = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.mul_(0.5)  # an in-place change: the packed copies must follow
+        want, _ = _run(model, None, tree, "stock", packed=True)
+        got, _ = _run(model, step, tree, "prepacked", packed=True)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    finally:
+        with torch.no_grad():
+            weight.copy_(kept)
+
+
+@pytest.mark.parametrize("kv_heads", [2, 4], ids=["gqa", "mha"])
+def test_step_on_other_head_layouts(kv_heads: int) -> None:
+    torch.manual_seed(0)
+    model, _ = tiny_llama(seed=4, vocab_size=32)
+    if kv_heads != model.config.num_key_value_heads:  # plain multi-head attention
+        from transformers import LlamaForCausalLM
+
+        model.config.num_key_value_heads = kv_heads
+        model = LlamaForCausalLM(model.config).eval()
+    assert llama_step.applies(model)
+    for tree in (None, TREE):
+        _assert_same(model, tree, "stock", packed=tree is not None)
+
+
+def test_unmasked_forward_of_several_tokens_is_refused(generator) -> None:
+    step = LlamaStep(generator.model)
+    with pytest.raises(ValueError, match="single query"):
+        step(torch.tensor([[4, 5]]), torch.tensor([[0, 1]]), None, new_cache())
+
+
+def test_applies_only_where_the_structure_holds(generator) -> None:
+    model = generator.model
+    cfg = model.config
+    try:
+        cfg._attn_implementation = "eager"
+        assert not llama_step.applies(model)
+    finally:
+        cfg._attn_implementation = "sdpa"
+    handle = model.model.layers[3].mlp.register_forward_hook(lambda *args: None)
+    try:
+        assert not llama_step.applies(model)  # a hook the step would bypass
+    finally:
+        handle.remove()
+    model.train()
+    try:
+        assert not llama_step.applies(model)
+    finally:
+        model.eval()
+    assert llama_step.applies(model)
+    step = SpeculativeGenerator(model, generator.tokenizer).step
+    assert step is not None and step is generator.step  # one step (and copies) per model
+    with pytest.raises(ValueError, match="Llama step only"):
+        forward(model, None, torch.tensor([[4]]), torch.tensor([[0]]), None, new_cache(),
+                "prepacked", False)
+
+
+def test_other_architectures_run_the_modules() -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2)
+    assert not llama_step.applies(Qwen2ForCausalLM(cfg).eval())  # q/k/v biases
