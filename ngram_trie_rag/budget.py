@@ -35,7 +35,8 @@ from .llama_step import LlamaStep
 
 SIZES = (*range(1, 9), 10, 12, 14, 16, 20, 24, 32, 48, 64)  # K whose t(1 + K) is measured
 # The transposed linear layout only pays for a few rows; larger forwards are timed in
-# the stock and prepacked layouts alone, which keeps the measurement to about ten seconds.
+# the stock and prepacked layouts alone, which keeps the measurement to fifteen to
+# twenty-five seconds.
 MAX_TRANSPOSED = 17
 SHARE_BINS = np.array([0.1, 0.33, 0.66, 0.99])  # share of the subtree's frequency
 MAX_DEPTH_BUCKET = 8

@@ -224,9 +224,9 @@ class SpeculativeGenerator:
         """This model's latency curve and the faster linear layout per forward size.
 
         Measured once per process for each (architecture and size, dtype, device,
-        threads) -- about ten seconds -- and refined online by the budget; two loads of
-        the same model share it. It is not persisted: a curve measured on a busy
-        machine must not outlive that moment.
+        threads) -- fifteen to twenty-five seconds on two cores -- and refined online by
+        the budget; two loads of the same model share it. It is not persisted: a curve
+        measured on a busy machine must not outlive that moment.
         """
         if self._costs is None:
             model, dev = self.model, self.model.device
