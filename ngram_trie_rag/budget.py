@@ -15,36 +15,21 @@ the model's token after each accepted node, so every candidate -- verified or no
 is labelled after each step (accepted, rejected, or unknown when it lies below the
 last emitted token), and the table learns for all of them at no extra compute.
 
-``t`` is measured once per (model, dtype, device, threads) in a process and refined
-from the real steps' timings.
+``t`` is the model's latency curve (:mod:`ngram_trie_rag.latency`), refined from the
+real steps' timings.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
-from . import linear_layout
 from .draft_tree import DraftTree
-from .linear_layout import Layout, prepack_applies
-from .llama_step import LlamaStep
 
-SIZES = (*range(1, 9), 10, 12, 14, 16, 20, 24, 32, 48, 64)  # K whose t(1 + K) is measured
-# The transposed linear layout only pays for a few rows; larger forwards are timed in
-# the stock and prepacked layouts alone, which keeps the measurement to fifteen to
-# twenty-five seconds.
-MAX_TRANSPOSED = 17
 SHARE_BINS = np.array([0.1, 0.33, 0.66, 0.99])  # share of the subtree's frequency
 MAX_DEPTH_BUCKET = 8
 MAX_MATCH_BUCKET = 3
-# A non-stock variant (another linear layout, packed single-query attention)
-# must win by this factor: where both cost the same (bf16 layouts here), timing noise
-# would otherwise pick one per size at random, and the two round differently.
-LAYOUT_MARGIN = 0.9
 
 
 class DraftBudget:
@@ -119,91 +104,6 @@ class DraftBudget:
         np.add.at(self.seen, idx, 1.0)
 
 
-@dataclass(frozen=True)
-class LatencyCurve:
-    """Measured forward costs: seconds per forward of ``q`` new tokens, each in the
-    fastest linear-layer layout (see :mod:`ngram_trie_rag.linear_layout`), and whether
-    a plain step's attention runs packed (see :mod:`ngram_trie_rag.gqa_attention`)."""
-
-    seconds: dict[int, float]  # q -> seconds, the chosen variant's
-    layouts: dict[int, Layout] = field(default_factory=dict)  # q -> layout; absent: stock
-    pack_single: bool = False  # a one-token forward is faster with packed GQA
-
-    def layout(self, q: int) -> Layout:
-        """The layout for a forward of ``q`` tokens: the nearest measured size at or
-        below it decides; past the largest measured size (prefill), stock."""
-        if q > max(self.seconds):
-            return "stock"
-        return self.layouts.get(max(p for p in self.seconds if p <= q), "stock")
-
-
-def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = None,
-                  past_len: int = 512, sizes: Sequence[int] = SIZES,
-                  repeats: int = 3, step: LlamaStep | None = None) -> LatencyCurve:
-    """Time a forward of ``1 + K`` new tokens after ``past_len`` cached ones, for every
-    K in ``sizes``, as verification runs it: a plain step unmasked, a draft (here a
-    chain) with its tree mask and, with ``packed_gqa``, packed masked GQA.
-
-    The variants are timed interleaved, so drift hits all of them: on a CPU each
-    linear layout that applies (transposed up to ``MAX_TRANSPOSED`` tokens), and for a
-    plain step with ``packed_gqa`` both attentions. ``step``: the generator's Llama step, timed
-    instead of the modules when it runs one (see :mod:`ngram_trie_rag.forward`). A
-    variant other than the stock one must be faster by ``LAYOUT_MARGIN``. Each keeps
-    its fastest run: contention only ever adds time.
-    """
-    from .forward import forward
-    from .kv_cache import new_cache
-    from .tree_attention import tree_inputs
-
-    device, dtype = model.device, model.dtype
-    vocab = model.config.vocab_size
-    layouts: list[Layout] = ["stock"]
-    if linear_layout.applies(model):
-        layouts.append("transposed")
-    if step is not None and prepack_applies(model):
-        layouts.append("prepacked")
-    past_len = min(past_len, int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
-    gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, past_len), generator=gen).to(device)
-    seconds: dict[int, float] = {}
-    chosen: dict[int, Layout] = {}
-    pack_single = False
-    with torch.inference_mode():
-        cache = new_cache()
-        model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        for q in [1] + [1 + k for k in sizes]:
-            ids = torch.randint(0, vocab, (1, q), generator=gen).to(device)
-            if q == 1:
-                pos, mask = torch.tensor([[past_len]], device=device), None
-                packs = (False, True) if packed_gqa else (False,)
-            else:
-                chain = DraftTree.chain(ids[0, 1:].tolist())
-                pos, mask = tree_inputs(chain, past_len, device, dtype, sliding_window)
-                packs = (packed_gqa,)
-            tried = [(lay, pack) for lay in layouts for pack in packs
-                     if lay != "transposed" or q <= MAX_TRANSPOSED]
-            best = dict.fromkeys(tried, float("inf"))
-            for _ in range(repeats + 1):  # the first run warms up this shape
-                for lay, pack in tried:
-                    _sync(device)
-                    start = time.perf_counter()
-                    forward(model, step, ids, pos, mask, cache, lay, pack)
-                    _sync(device)
-                    best[lay, pack] = min(best[lay, pack], time.perf_counter() - start)
-                    for layer in cache.layers:  # drop what this forward appended
-                        layer.keys = layer.keys[:, :, :past_len]
-                        layer.values = layer.values[:, :, :past_len]
-            pack = packs[0]
-            if q == 1 and len(packs) == 2:
-                fastest = {p: min(t for (_, p2), t in best.items() if p2 == p) for p in packs}
-                pack = pack_single = fastest[True] < LAYOUT_MARGIN * fastest[False]
-            lay = min((lay for lay, p in tried if p == pack), key=lambda lay: best[lay, pack])
-            if best[lay, pack] < LAYOUT_MARGIN * best["stock", pack]:
-                chosen[q] = lay
-            seconds[q] = best[chosen.get(q, "stock"), pack]
-    return LatencyCurve(seconds, chosen, pack_single)
-
-
 def _monotone(curve: dict[int, float]) -> dict[int, float]:
     """The nearest non-decreasing curve (least squares, pool adjacent violators).
 
@@ -227,8 +127,3 @@ def _monotone(curve: dict[int, float]) -> dict[int, float]:
             blocks[-1][1] += count
     fitted = [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
     return dict(zip(sizes, fitted, strict=True))
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
-from . import gqa_attention, llama_step
-from .budget import DraftBudget, LatencyCurve, latency_curve
+from . import gqa_attention, latency_store, llama_step
+from .budget import DraftBudget
 from .draft_tree import DraftTree
 from .forward import forward
 from .kv_cache import compact, new_cache
+from .latency import LatencyCurve, curve_holds, latency_curve
 from .linear_layout import Layout
 from .proposers import PROPOSERS
 from .result import FinishReason, GenerationResult, GenerationStats
@@ -223,10 +224,11 @@ class SpeculativeGenerator:
     def _forward_costs(self) -> LatencyCurve:
         """This model's latency curve and the faster linear layout per forward size.
 
-        Measured once per process for each (architecture and size, dtype, device,
-        threads) -- fifteen to twenty-five seconds on two cores -- and refined online by
-        the budget; two loads of the same model share it. It is not persisted: a curve
-        measured on a busy machine must not outlive that moment.
+        One per process for each (architecture and size, dtype, device, threads),
+        shared by every load of the same model and refined online by the budget. It
+        comes from disk when re-timing a plain step and a draft confirms the stored
+        curve (about a second), else it is measured -- fifteen to twenty-five seconds on
+        two cores -- and stored (:mod:`ngram_trie_rag.latency_store`).
         """
         if self._costs is None:
             model, dev = self.model, self.model.device
@@ -239,13 +241,24 @@ class SpeculativeGenerator:
                 # already holds it (an unfinished stream of its own) must not deadlock.
                 held = self._lock.acquire(timeout=10)
                 try:
-                    _LATENCY_CURVES[key] = latency_curve(self.model, self._masked_gqa,
-                                                         self.sliding_window, step=self.step)
+                    _LATENCY_CURVES[key] = self._stored_or_measured(key)
                 finally:
                     if held:
                         self._lock.release()
             self._costs = _LATENCY_CURVES[key]
         return self._costs
+
+    def _stored_or_measured(self, key: tuple) -> LatencyCurve:
+        """The stored curve of ``key`` if it still holds on this machine now, else a
+        fresh measurement, stored for the next process."""
+        setting = {"packed_gqa": self._masked_gqa, "sliding_window": self.sliding_window,
+                   "step": self.step}
+        stored = latency_store.load(key)
+        if stored is not None and curve_holds(self.model, stored, **setting):
+            return stored
+        curve = latency_curve(self.model, **setting)
+        latency_store.save(key, curve)
+        return curve
 
     # ---- the loop -------------------------------------------------------------------
     def build_trie(self, ids: list[int], docs: list[list[int]] | None,
@@ -308,7 +321,7 @@ class SpeculativeGenerator:
             candidates = tree
             if budget is not None and len(tree):
                 tree = candidates.top(budget.choose(candidates))
-            packed = self._masked_gqa and (len(tree) > 0 or costs.pack_single)
+            packed = costs.packed(1 + len(tree), self._masked_gqa)
             tokens, finish = self._verify(tree, history[-1], past, params, gen, cache, stats,
                                           t0, costs.layout(1 + len(tree)), packed)
             if budget is not None:

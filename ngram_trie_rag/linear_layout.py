@@ -12,7 +12,7 @@ bf16 on the same CPU shows no such gap (oneDNN takes those products).
 
 Whether and for which forward sizes the transposed layout wins is a property of the
 hardware, the BLAS and the dtype, so it is measured, not assumed: the latency curve
-(:func:`ngram_trie_rag.budget.latency_curve`) times each forward size both ways and
+(:func:`ngram_trie_rag.latency.latency_curve`) times each forward size both ways and
 the generator runs each of its forwards in the faster layout (:func:`transposed`).
 Only the generator's own forwards switch; the model's modules are restored after
 each, so ``generate`` and anything else sharing the model runs exactly as shipped.

@@ -97,7 +97,7 @@ def test_engine_variants_keep_greedy_exact(generator, name, messages, docs, engi
     any linear layout at any size -- and whether the steps run the Llama step or
     the modules, greedy output stays that of ``generate``."""
     from ngram_trie_rag import SpeculativeGenerator
-    from ngram_trie_rag.budget import LatencyCurve
+    from ngram_trie_rag.latency import LatencyCurve
 
     seconds = dict(generator._forward_costs().seconds)
     forced = SpeculativeGenerator(generator.model, generator.tokenizer)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ngram_trie_rag import linear_layout
-from ngram_trie_rag.budget import LatencyCurve
 from ngram_trie_rag.kv_cache import BufferLayer, compact, new_cache
+from ngram_trie_rag.latency import LatencyCurve
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 7])

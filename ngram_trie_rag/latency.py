@@ -1,0 +1,190 @@
+"""The model's latency curve: seconds per verification forward of ``q`` new tokens.
+
+The draft budget (:mod:`ngram_trie_rag.budget`) needs ``t(q)`` to trade accepted length
+against cost, and the generator needs to know, per forward size, which linear layout
+(:mod:`ngram_trie_rag.linear_layout`) and which single-query attention
+(:mod:`ngram_trie_rag.gqa_attention`) is fastest on this host. Both are measured here,
+by timing forwards exactly as verification runs them: a plain step unmasked, a draft
+(a chain) with its tree mask, after ``past_len`` cached tokens.
+
+Measuring takes fifteen to twenty-five seconds for the default model on two cores, so
+a curve is kept on disk (:mod:`ngram_trie_rag.latency_store`) and re-used only after
+:func:`curve_holds` has re-timed a few forwards and found them where the curve says.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from . import linear_layout
+from .draft_tree import DraftTree
+from .linear_layout import Layout, prepack_applies
+from .llama_step import LlamaStep
+
+SIZES = (*range(1, 9), 10, 12, 14, 16, 20, 24, 32, 48, 64)  # K whose t(1 + K) is measured
+# The transposed linear layout only pays for a few rows; larger forwards are timed in
+# the stock and prepacked layouts alone, which keeps the measurement to fifteen to
+# twenty-five seconds.
+MAX_TRANSPOSED = 17
+# A non-stock variant (another linear layout, packed single-query attention)
+# must win by this factor: where both cost the same (bf16 layouts here), timing noise
+# would otherwise pick one per size at random, and the two round differently.
+LAYOUT_MARGIN = 0.9
+# A stored curve is re-used while re-timed forwards of these sizes (q) stay within
+# CHECK_TOLERANCE of it: a plain step and a typical draft.
+CHECK_SIZES = (1, 9)
+CHECK_TOLERANCE = 0.3
+
+
+@dataclass(frozen=True)
+class LatencyCurve:
+    """Measured forward costs: seconds per forward of ``q`` new tokens, each in the
+    fastest linear-layer layout (see :mod:`ngram_trie_rag.linear_layout`), and whether
+    a plain step's attention runs packed (see :mod:`ngram_trie_rag.gqa_attention`)."""
+
+    seconds: dict[int, float]  # q -> seconds, the chosen variant's
+    layouts: dict[int, Layout] = field(default_factory=dict)  # q -> layout; absent: stock
+    pack_single: bool = False  # a one-token forward is faster with packed GQA
+
+    def layout(self, q: int) -> Layout:
+        """The layout for a forward of ``q`` tokens: the nearest measured size at or
+        below it decides; past the largest measured size (prefill), stock."""
+        if q > max(self.seconds):
+            return "stock"
+        return self.layouts.get(max(p for p in self.seconds if p <= q), "stock")
+
+    def packed(self, q: int, packed_gqa: bool) -> bool:
+        """Whether a forward of ``q`` tokens runs packed GQA attention: every draft
+        where it applies, a plain step where it measured faster."""
+        return packed_gqa and (q > 1 or self.pack_single)
+
+
+class _ForwardTimer:
+    """Times forwards of ``q`` random tokens after ``past_len`` random cached ones, as
+    the generator runs them, and drops what each forward appended to the cache."""
+
+    def __init__(self, model, step: LlamaStep | None, sliding_window: int | None,
+                 past_len: int) -> None:
+        from .kv_cache import new_cache
+
+        self.model, self.step, self.sliding_window = model, step, sliding_window
+        self.past_len = min(past_len,
+                            int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
+        self.gen = torch.Generator().manual_seed(0)
+        prefix = self._random(self.past_len)
+        self.cache = new_cache()
+        with torch.inference_mode():
+            model(input_ids=prefix, past_key_values=self.cache, use_cache=True,
+                  logits_to_keep=1)
+
+    def _random(self, q: int) -> torch.Tensor:
+        vocab = self.model.config.vocab_size
+        return torch.randint(0, vocab, (1, q), generator=self.gen).to(self.model.device)
+
+    def inputs(self, q: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | dict | None]:
+        """``(ids, positions, mask)`` of a plain step (q = 1) or a chain draft."""
+        from .tree_attention import tree_inputs
+
+        device = self.model.device
+        ids = self._random(q)
+        if q == 1:
+            return ids, torch.tensor([[self.past_len]], device=device), None
+        chain = DraftTree.chain(ids[0, 1:].tolist())
+        pos, mask = tree_inputs(chain, self.past_len, device, self.model.dtype,
+                                self.sliding_window)
+        return ids, pos, mask
+
+    @torch.inference_mode()
+    def seconds(self, inputs: tuple, layout: Layout, pack: bool) -> float:
+        """Wall time of one forward over ``inputs`` in ``layout``."""
+        from .forward import forward
+
+        device = self.model.device
+        _sync(device)
+        start = time.perf_counter()
+        forward(self.model, self.step, *inputs, self.cache, layout, pack)
+        _sync(device)
+        elapsed = time.perf_counter() - start
+        for layer in self.cache.layers:  # drop what this forward appended
+            layer.keys = layer.keys[:, :, : self.past_len]
+            layer.values = layer.values[:, :, : self.past_len]
+        return elapsed
+
+    def fastest(self, q: int, variants: Sequence[tuple[Layout, bool]],
+                repeats: int) -> dict[tuple[Layout, bool], float]:
+        """Each variant's fastest of ``repeats`` runs (after one warm-up run of this
+        shape), interleaved so that drift hits all of them: contention only adds time."""
+        inputs = self.inputs(q)
+        best = dict.fromkeys(variants, float("inf"))
+        for run in range(repeats + 1):
+            for variant in variants:
+                took = self.seconds(inputs, *variant)
+                if run:
+                    best[variant] = min(best[variant], took)
+        return best
+
+
+def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = None,
+                  past_len: int = 512, sizes: Sequence[int] = SIZES,
+                  repeats: int = 3, step: LlamaStep | None = None) -> LatencyCurve:
+    """Time a forward of ``1 + K`` new tokens after ``past_len`` cached ones, for every
+    K in ``sizes``, as verification runs it: a plain step unmasked, a draft (here a
+    chain) with its tree mask and, with ``packed_gqa``, packed masked GQA.
+
+    On a CPU each linear layout that applies is timed (transposed up to
+    ``MAX_TRANSPOSED`` tokens), and for a plain step with ``packed_gqa`` both
+    attentions. ``step``: the generator's Llama step, timed instead of the modules when
+    it runs one (see :mod:`ngram_trie_rag.forward`). A variant other than the stock one
+    must be faster by ``LAYOUT_MARGIN``.
+    """
+    layouts: list[Layout] = ["stock"]
+    if linear_layout.applies(model):
+        layouts.append("transposed")
+    if step is not None and prepack_applies(model):
+        layouts.append("prepacked")
+    timer = _ForwardTimer(model, step, sliding_window, past_len)
+    seconds: dict[int, float] = {}
+    chosen: dict[int, Layout] = {}
+    pack_single = False
+    for q in [1] + [1 + k for k in sizes]:
+        packs = ((False, True) if packed_gqa else (False,)) if q == 1 else (packed_gqa,)
+        tried = [(lay, pack) for lay in layouts for pack in packs
+                 if lay != "transposed" or q <= MAX_TRANSPOSED]
+        best = timer.fastest(q, tried, repeats)
+        pack = packs[0]
+        if q == 1 and len(packs) == 2:
+            fastest = {p: min(t for (_, p2), t in best.items() if p2 == p) for p in packs}
+            pack = pack_single = fastest[True] < LAYOUT_MARGIN * fastest[False]
+        lay = min((lay for lay, p in tried if p == pack), key=lambda lay: best[lay, pack])
+        if best[lay, pack] < LAYOUT_MARGIN * best["stock", pack]:
+            chosen[q] = lay
+        seconds[q] = best[chosen.get(q, "stock"), pack]
+    return LatencyCurve(seconds, chosen, pack_single)
+
+
+def curve_holds(model, curve: LatencyCurve, packed_gqa: bool = False,
+                sliding_window: int | None = None, past_len: int = 512,
+                step: LlamaStep | None = None, repeats: int = 3) -> bool:
+    """True when forwards of ``CHECK_SIZES`` tokens, re-timed now in the variants the
+    curve chose, cost what the curve says (within ``CHECK_TOLERANCE``). A curve
+    measured on a busier or quieter machine, another build or another model fails, and
+    is then measured again. About a second for the default model."""
+    sizes = [q for q in CHECK_SIZES if q in curve.seconds]
+    if not sizes:  # nothing to compare with: not a curve this module measured
+        return False
+    timer = _ForwardTimer(model, step, sliding_window, past_len)
+    for q in sizes:
+        variant = (curve.layout(q), curve.packed(q, packed_gqa))
+        now = timer.fastest(q, [variant], repeats)[variant]
+        if abs(now / curve.seconds[q] - 1.0) > CHECK_TOLERANCE:
+            return False
+    return True
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
