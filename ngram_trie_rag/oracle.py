@@ -60,12 +60,14 @@ def replay_accept_lengths(
     num_draft: int,
     prefix_len: int,
     max_new_tokens: int | None = None,
+    drafted: list[int] | None = None,
 ) -> list[int]:
     """Accept length of every step a proposer would take to produce ``answer``.
 
     ``trie`` holds the draft sources; the answer is appended as it is "generated",
     exactly as the generator does. The first token comes from prefill (not a step).
     Draft depth is capped like the generator's: ``max_new_tokens - produced - 1``.
+    ``drafted``, when given, receives each step's number of draft nodes (its cost).
     """
     limit = max_new_tokens if max_new_tokens is not None else len(answer)
     history = list(prompt) + [answer[0]]
@@ -73,6 +75,8 @@ def replay_accept_lengths(
     t, out = 1, []
     while t < len(answer):
         tree = propose(trie, history[-prefix_len:], num_draft, limit - t - 1)
+        if drafted is not None:
+            drafted.append(len(tree))
         # Walk the tree along the true continuation.
         children = tree.children()
         row, accepted = 0, 0

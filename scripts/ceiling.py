@@ -9,6 +9,9 @@ drafters without the model. For each data set this prints, per decode step poole
 - ``clairvoyant trie``: a selector that knows the answer and verifies exactly the right
   path among the trie's candidates (the back-off union below the match, 64 nodes,
   depth <= n - 1): the best any ranking of those candidates can do;
+- ``trie, num_draft K``: the paper's draft (the longest match's subtree) at fixed
+  budgets (``--budgets``, default 8, 16, 32, 64): what a fixed tree of K nodes accepts,
+  without the adaptive budget's trade of accepted length for speed;
 - the run's measured ``trie`` (and ``plain``) figures, for comparison.
 
 With ``--latency`` the model's latency curve is measured (as the generator measures it)
@@ -30,7 +33,7 @@ from ngram_trie_rag.bench.data import load_items
 from ngram_trie_rag.bench.runner import encode_item
 from ngram_trie_rag.budget import DraftBudget
 from ngram_trie_rag.oracle import oracle_accept_lengths, replay_accept_lengths
-from ngram_trie_rag.proposers import propose_backoff
+from ngram_trie_rag.proposers import propose_backoff, propose_tree
 
 CANDIDATES = 64
 
@@ -44,14 +47,28 @@ def clairvoyant_steps(gen: SpeculativeGenerator, ids: list[int], docs: list[list
                                  CANDIDATES, gen.config.prefix_len, max_new_tokens)
 
 
-def costed(steps: list[int], cost: Callable[[int], float] | None) -> str:
-    """Mean accept length, and with a cost curve the decode speed over plain steps."""
+def fixed_budget_steps(gen: SpeculativeGenerator, ids: list[int],
+                       docs: list[list[int]] | None, answer: list[int], max_new_tokens: int,
+                       num_draft: int, drafted: list[int]) -> list[int]:
+    """Accept lengths of the paper's draft pinned at ``num_draft`` nodes per step (in
+    exact greedy decoding, the steps the generator takes with that pinned budget);
+    each step's node count is appended to ``drafted``."""
+    return replay_accept_lengths(propose_tree, gen.build_trie(ids, docs), ids, answer,
+                                 num_draft, gen.config.prefix_len, max_new_tokens, drafted)
+
+
+def costed(steps: list[int], cost: Callable[[int], float] | None,
+           oracle: float | None = None, drafted: list[int] | None = None) -> str:
+    """Mean accept length (and its share of ``oracle``), and with a cost curve the
+    decode speed over plain steps. ``drafted``: nodes verified per step (default
+    ``a - 1`` for a step that accepted ``a``: exactly the right path)."""
     al = sum(steps) / len(steps)
+    line = f"AL {al:.3f}" + (f" ({al / oracle:.0%} of the oracle)" if oracle else "")
     if cost is None:
-        return f"AL {al:.3f}"
-    # a step accepting a tokens verified a - 1 drafted nodes (the rest is the bonus)
-    speed = sum(steps) * cost(0) / sum(cost(a - 1) for a in steps)
-    return f"AL {al:.3f}, est. {speed:.2f}x plain"
+        return line
+    nodes = drafted if drafted is not None else [a - 1 for a in steps]
+    speed = sum(steps) * cost(0) / sum(cost(k) for k in nodes)
+    return f"{line}, est. {speed:.2f}x plain"
 
 
 def main() -> None:
@@ -59,7 +76,10 @@ def main() -> None:
     parser.add_argument("results", type=Path, help="a results.json from ngram-trie-rag bench")
     parser.add_argument("--latency", action="store_true",
                         help="measure the latency curve and estimate speeds")
+    parser.add_argument("--budgets", default="8,16,32,64",
+                        help="fixed num_draft values to replay the paper's draft at")
     args = parser.parse_args()
+    budgets = [int(k) for k in args.budgets.split(",") if k.strip()]
 
     doc = json.loads(args.results.read_text())
     meta = doc["meta"]
@@ -69,6 +89,8 @@ def main() -> None:
     if args.latency:
         cost = DraftBudget(dict(gen._forward_costs().seconds), CANDIDATES).cost
     oracle, clairvoyant = [], []
+    fixed: dict[int, list[int]] = {k: [] for k in budgets}
+    fixed_nodes: dict[int, list[int]] = {k: [] for k in budgets}
     for item, record in zip(items, doc["prompts"], strict=True):
         ids = encode_item(gen, item)
         if len(ids) != record["prompt_tokens"]:
@@ -78,12 +100,20 @@ def main() -> None:
         docs = gen.encode_documents(item.documents) if item.documents else None
         oracle += oracle_accept_lengths(ids, answer)
         clairvoyant += clairvoyant_steps(gen, ids, docs, answer, meta["max_new_tokens"])
+        for k in budgets:
+            fixed[k] += fixed_budget_steps(gen, ids, docs, answer, meta["max_new_tokens"], k,
+                                           fixed_nodes[k])
     runs = doc["methods"]
     print(f"{meta['data']} ({meta['rows_used']} prompts, {meta['dtype']})")
+    ceiling = sum(oracle) / len(oracle)
     print(f"  oracle (copy from any occurrence, any depth): {costed(oracle, cost)}")
-    print(f"  clairvoyant selection of the trie's candidates: {costed(clairvoyant, cost)}")
+    print(f"  clairvoyant selection of the trie's candidates: "
+          f"{costed(clairvoyant, cost, ceiling)}")
+    for k in budgets:
+        print(f"  trie, num_draft {k}: {costed(fixed[k], cost, ceiling, fixed_nodes[k])}")
     trie = runs["trie"]
-    line = f"  measured trie: AL {trie['mean_accept_length']:.3f}"
+    line = (f"  measured trie: AL {trie['mean_accept_length']:.3f} "
+            f"({trie['oracle_share']:.0%} of the oracle)")
     if "plain" in runs:
         speed = trie["decode_tokens_per_s"] / runs["plain"]["decode_tokens_per_s"]
         line += f", {speed:.2f}x plain (decode tokens/s)"

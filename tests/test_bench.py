@@ -134,7 +134,8 @@ def test_oracle_is_reported(results: dict) -> None:
 
 @needs_data
 def test_replay_matches_the_real_run(gen: SpeculativeGenerator, results: dict) -> None:
-    """The sweep's model-free replay reproduces the tree drafter's steps exactly."""
+    """The sweep's model-free replay reproduces the tree drafter's steps exactly, and
+    the draft sizes it reports (what ``scripts/ceiling.py`` costs) are the run's."""
     items = load_items(RAG, limit=2)
     cell = with_draft(gen, n=13, prefix_len=3, num_draft=8)
     for item, p in zip(items, results["prompts"], strict=True):
@@ -142,7 +143,27 @@ def test_replay_matches_the_real_run(gen: SpeculativeGenerator, results: dict) -
         if len(answer) < MAX_NEW:  # ended by EOS: the last step's depth cap may differ
             continue
         ids = encode_item(gen, item)
-        assert replay_cell(cell, ids, None, answer) == p["methods"]["trie"]["accept_lengths"]
+        drafted: list[int] = []
+        run = p["methods"]["trie"]
+        assert replay_cell(cell, ids, None, answer, drafted=drafted) == run["accept_lengths"]
+        assert len(drafted) == len(run["accept_lengths"]) and max(drafted) <= 8
+        assert sum(drafted) == run["drafted"]
+
+
+@needs_data
+def test_pinned_budget_methods_run_beside_the_adaptive_one(gen: SpeculativeGenerator) -> None:
+    """``trie@K`` verifies at most K nodes a step on its own generator, and stays exact."""
+    from ngram_trie_rag.bench.methods import make_runners
+
+    runners = make_runners(gen, ("vanilla", "trie", "trie@2", "chain@3"), None, 10, 3)
+    item = load_items(RAG, limit=1)[0]
+    ids = encode_item(gen, item)
+    reference = runners["vanilla"](ids, None, MAX_NEW, 0.0).token_ids
+    for name, cap in (("trie@2", 2), ("chain@3", 3)):
+        run = runners[name](ids, None, MAX_NEW, 0.0)
+        assert run.token_ids == reference
+        assert run.drafted <= cap * len(run.accept_lengths)
+        assert max(run.accept_lengths) <= cap + 1
 
 
 @needs_data
@@ -242,6 +263,10 @@ def test_cli_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) ->
 
 def test_config_helpers() -> None:
     assert normalise_methods("trie, vanilla,trie") == ("vanilla", "trie")
+    assert normalise_methods("trie,trie@8,chain@16") == ("vanilla", "trie", "trie@8", "chain@16")
+    for bad in ("trie@0", "trie@", "plain@8", "trie@x", "trie8"):
+        with pytest.raises(ValueError, match="unknown method"):
+            normalise_methods(bad)
     assert rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
     with pytest.raises(ValueError, match="prefix_len"):
         BenchConfig(data="x", n=3, prefix_len=3)

@@ -57,7 +57,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "share of the oracle ceiling and exact-match rate.")
     _model_flags(bench)
     bench.add_argument("--methods", default=",".join(METHODS), metavar="LIST",
-                       help=f"comma-separated subset of {','.join(METHODS)} "
+                       help=f"comma-separated subset of {','.join(METHODS)}, and "
+                            "trie@K / chain@K for a drafter with K nodes pinned per step "
                             "(vanilla always runs: it is the reference)")
     bench.add_argument("--n", type=int, default=13, metavar="N",
                        help="trie window n (default: %(default)s)")

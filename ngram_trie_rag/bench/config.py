@@ -9,6 +9,10 @@ from dataclasses import dataclass
 #: what the engine's forwards gain and what speculation gains.
 METHODS = ("vanilla", "hf-pld", "plain", "chain", "trie")
 REFERENCE = "vanilla"
+#: Drafters that also run with a pinned budget, named ``<drafter>@K`` (e.g. ``trie@8``:
+#: the tree drafter verifying up to 8 nodes every step instead of its adaptive budget),
+#: so that a budget can be compared with the adaptive one side by side in one run.
+PINNABLE = ("chain", "trie")
 #: Tree drafters the sweep can tune.
 TREE_METHODS = ("trie", "backoff")
 
@@ -102,10 +106,20 @@ def normalise_methods(methods: str | tuple[str, ...] | list[str]) -> tuple[str, 
     """Validate, dedupe, and put the reference first (speed-ups and exactness need it)."""
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods)
     names = [m for m in names if m]
-    unknown = [m for m in names if m not in METHODS]
+    unknown = [m for m in names if m not in METHODS and pinned_budget(m) is None]
     if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
+        raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS)}, "
+                         f"or {' / '.join(f'{d}@K' for d in PINNABLE)} for a budget pinned "
+                         "at K >= 1 nodes")
     return tuple(dict.fromkeys([REFERENCE, *names]))
+
+
+def pinned_budget(method: str) -> tuple[str, int] | None:
+    """``"trie@8"`` -> ``("trie", 8)``; None for anything else."""
+    drafter, at, k = method.partition("@")
+    if not at or drafter not in PINNABLE or not k.isdigit() or int(k) < 1:
+        return None
+    return drafter, int(k)
 
 
 def _check_positive(**values: int) -> None:

@@ -30,6 +30,7 @@ from transformers import DynamicCache
 from transformers.generation.streamers import BaseStreamer
 
 from ..generator import SpeculativeGenerator
+from .config import pinned_budget
 
 
 @dataclass
@@ -170,9 +171,13 @@ def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int
 
     ``chain`` and ``trie`` each get their own generator over the shared model, so state
     a generator keeps across calls (e.g. a learned draft budget) is never shared between
-    methods, as with two separate deployments.
+    methods, as with two separate deployments. ``trie@K`` / ``chain@K`` (see
+    :func:`~ngram_trie_rag.bench.config.pinned_budget`) run the drafter with ``K``
+    nodes pinned, on a generator of their own too.
     """
     own = {m: with_draft(gen) for m in ("plain", "chain", "trie")}
+    runners = {name: _pinned_runner(with_draft(gen), *pin) for name in names
+               if (pin := pinned_budget(name)) is not None}
     known: dict[str, Runner] = {
         "vanilla": lambda ids, docs, new, pre: run_vanilla(gen, ids, new, pre),
         "hf-pld": lambda ids, docs, new, pre: run_hf_pld(gen, ids, new, pre, pld_num_tokens,
@@ -183,4 +188,8 @@ def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int
         "trie": lambda ids, docs, new, pre: run_core(own["trie"], ids, docs, new, "trie",
                                                      num_draft),
     }
-    return {name: known[name] for name in names}
+    return {name: runners.get(name) or known[name] for name in names}
+
+
+def _pinned_runner(gen: SpeculativeGenerator, method: str, num_draft: int) -> Runner:
+    return lambda ids, docs, new, pre: run_core(gen, ids, docs, new, method, num_draft)

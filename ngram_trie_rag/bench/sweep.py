@@ -34,13 +34,15 @@ def cell_label(cell: Cell) -> str:
 
 def replay_cell(gen: SpeculativeGenerator, prompt_ids: list[int],
                 doc_ids: list[list[int]] | None, answer: Sequence[int],
-                max_new_tokens: int | None = None, method: str = "trie") -> list[int]:
+                max_new_tokens: int | None = None, method: str = "trie",
+                drafted: list[int] | None = None) -> list[int]:
     """Accept lengths ``gen`` (with its n, L_p, num_draft) would get producing ``answer``,
-    with the draft depth capped by ``max_new_tokens`` exactly as the generator caps it."""
+    with the draft depth capped by ``max_new_tokens`` exactly as the generator caps it;
+    ``drafted`` receives each step's draft size."""
     trie = gen.build_trie(prompt_ids, doc_ids)
     cfg = gen.config
     return replay_accept_lengths(PROPOSERS[method], trie, prompt_ids, list(answer),
-                                 cfg.num_draft, cfg.prefix_len, max_new_tokens)
+                                 cfg.num_draft, cfg.prefix_len, max_new_tokens, drafted)
 
 
 def run_sweep(cfg: SweepConfig, generator: SpeculativeGenerator | None = None,
