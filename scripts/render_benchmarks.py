@@ -177,8 +177,9 @@ def headline(runs: dict[tuple[str, str], dict]) -> str:
         "```bash", f".venv/bin/{cmd}", "```", "",
         "\"Of which speculation\" is the trie's decode rate over this library's own engine "
         "with drafting off (`plain`): the rest of the speed-up comes from the engine's "
-        "forwards (buffered KV cache, packed GQA attention, the measured linear layout; "
-        "see docs/how-it-works.md).", "",
+        "forwards (the direct Llama step, buffered KV cache, packed GQA attention, the "
+        "measured linear layout with oneDNN-prepacked weights; see docs/how-it-works.md).",
+        "",
         "In bf16 a tree forward and a one-token forward round differently, so outputs can "
         "leave plain bf16 greedy decoding on near-ties (prompt lookup too); fp32 is exact.",
     ])
