@@ -76,7 +76,7 @@ def packaged_gguf() -> Path:
 def default_model_dir() -> Path:
     """The packaged default as a plain HF folder, converting the GGUF on first use."""
     target = cache_dir() / DEFAULT_MODEL_NAME
-    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
+    if _is_converted(target):
         return target
     gguf = packaged_gguf()
     return _convert_gguf(gguf.parent, gguf.name, target)
@@ -86,7 +86,7 @@ def converted_gguf_dir(gguf: Path) -> Path:
     """A GGUF file as a plain HF folder in the cache (dequantised once, ~15 s)."""
     stat = gguf.stat()
     target = cache_dir() / "converted" / f"{gguf.stem}-{stat.st_size}"
-    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
+    if _is_converted(target):
         return target
     return _convert_gguf(gguf.parent, gguf.name, target)
 
@@ -109,12 +109,33 @@ def _convert_gguf(folder: Path, gguf_file: str, target: Path) -> Path:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
+        return _publish(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _is_converted(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+
+
+def _publish(tmp: Path, target: Path) -> Path:
+    """Move a finished conversion into place, unless another process got there first.
+
+    Two processes converting at once (two notebook kernels, two workers) each write
+    their own ``tmp``; the first rename wins and the others keep its folder, which may
+    already be loading, rather than deleting it from under it. Only an incomplete
+    folder left by a crashed conversion is replaced.
+    """
+    if _is_converted(target):
+        return target
+    if target.exists():
+        shutil.rmtree(target)
+    try:
+        tmp.rename(target)
+    except OSError:
+        if not _is_converted(target):  # lost the race to a complete folder, or failed
+            raise
     return target
 
 
