@@ -30,10 +30,12 @@ from pathlib import Path
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.data import load_items
+from ngram_trie_rag.bench.methods import with_draft
 from ngram_trie_rag.bench.runner import encode_item
+from ngram_trie_rag.bench.sweep import replay_cell
 from ngram_trie_rag.budget import DraftBudget
 from ngram_trie_rag.oracle import oracle_accept_lengths, replay_accept_lengths
-from ngram_trie_rag.proposers import propose_backoff, propose_tree
+from ngram_trie_rag.proposers import propose_backoff
 
 CANDIDATES = 64
 
@@ -45,16 +47,6 @@ def clairvoyant_steps(gen: SpeculativeGenerator, ids: list[int], docs: list[list
     generator's trie, extended with the answer as it is produced)."""
     return replay_accept_lengths(propose_backoff, gen.build_trie(ids, docs), ids, answer,
                                  CANDIDATES, gen.config.prefix_len, max_new_tokens)
-
-
-def fixed_budget_steps(gen: SpeculativeGenerator, ids: list[int],
-                       docs: list[list[int]] | None, answer: list[int], max_new_tokens: int,
-                       num_draft: int, drafted: list[int]) -> list[int]:
-    """Accept lengths of the paper's draft pinned at ``num_draft`` nodes per step (in
-    exact greedy decoding, the steps the generator takes with that pinned budget);
-    each step's node count is appended to ``drafted``."""
-    return replay_accept_lengths(propose_tree, gen.build_trie(ids, docs), ids, answer,
-                                 num_draft, gen.config.prefix_len, max_new_tokens, drafted)
 
 
 def costed(steps: list[int], cost: Callable[[int], float] | None,
@@ -89,6 +81,9 @@ def main() -> None:
     if args.latency:
         cost = DraftBudget(dict(gen._forward_costs().seconds), CANDIDATES).cost
     oracle, clairvoyant = [], []
+    # the paper's draft pinned at K nodes: in exact greedy decoding, the steps the
+    # generator takes with that budget (replayed, with each step's node count)
+    pinned = {k: with_draft(gen, num_draft=k) for k in budgets}
     fixed: dict[int, list[int]] = {k: [] for k in budgets}
     fixed_nodes: dict[int, list[int]] = {k: [] for k in budgets}
     for item, record in zip(items, doc["prompts"], strict=True):
@@ -101,8 +96,8 @@ def main() -> None:
         oracle += oracle_accept_lengths(ids, answer)
         clairvoyant += clairvoyant_steps(gen, ids, docs, answer, meta["max_new_tokens"])
         for k in budgets:
-            fixed[k] += fixed_budget_steps(gen, ids, docs, answer, meta["max_new_tokens"], k,
-                                           fixed_nodes[k])
+            fixed[k] += replay_cell(pinned[k], ids, docs, answer, meta["max_new_tokens"],
+                                    drafted=fixed_nodes[k])
     runs = doc["methods"]
     print(f"{meta['data']} ({meta['rows_used']} prompts, {meta['dtype']})")
     ceiling = sum(oracle) / len(oracle)
