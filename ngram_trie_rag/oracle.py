@@ -7,7 +7,8 @@ bonus token. Two uses:
 
 - ``oracle_accept_length``: the ceiling for any drafter that copies from the context,
   taking at each step the best continuation after *any* earlier occurrence of the last
-  token in prompt + answer so far.
+  token in prompt + answer so far; with ``max_draft=K``, the ceiling for one that
+  verifies at most K nodes per step.
 - ``replay_accept_length``: what a given proposer would get (for tuning n, L_p and
   num_draft without running the model).
 """
@@ -22,33 +23,47 @@ from .proposers import Proposer
 from .trie import NGramTrie
 
 
-def oracle_accept_lengths(prompt: Sequence[int], answer: Sequence[int]) -> list[int]:
+def oracle_accept_lengths(prompt: Sequence[int], answer: Sequence[int],
+                          max_draft: int | None = None) -> list[int]:
     """Per-step accept lengths of the best context-copying drafter (bonus included).
 
     Counted like the generator: the first answer token comes from prefill, so steps
-    start at the second token.
+    start at the second token. ``max_draft`` caps the draft tokens verified per step:
+    the ceiling for a drafter that verifies at most that many nodes (a tree of K nodes
+    holds no path longer than K). Taking the longest copy at every step is optimal
+    over the whole answer: from any later position the same source, shifted, still
+    reaches at least as far, so being ahead never costs a step.
+
+    Example: prompt ``5 6 7 8``, answer ``1 5 6 7 8 9``: step one verifies ``5`` after
+    ``1`` (no earlier ``1``: accept 1); step two copies ``6 7 8`` after the prompt's
+    ``5`` and adds the bonus ``9``: ``[1, 4]``; with ``max_draft=2``: ``[1, 3, 1]``.
     """
+    if max_draft is not None and max_draft < 0:
+        raise ValueError(f"max_draft must be >= 0, got {max_draft}")
     seq = np.asarray(list(prompt) + list(answer), dtype=np.int64)
     p, total = len(prompt), len(answer)
     t, out = 1, []
     while t < total:
         # Committed: seq[: p + t]; the next token to verify is answer[t].
         end = p + t
-        occ = np.flatnonzero(seq[: end - 1] == seq[end - 1])
         room = total - t - 1  # draft tokens that can still be verified before the end
+        if max_draft is not None:
+            room = min(room, max_draft)
         best = 0
-        for j in occ.tolist():
-            src = seq[j + 1 : min(j + 1 + room, end)]  # copy only what is committed
-            if src.size:
-                best = max(best, int(np.cumprod(src == seq[end : end + src.size]).sum()))
+        occ = np.flatnonzero(seq[: end - 1] == seq[end - 1])
+        if room > 0 and occ.size:
+            src = occ[:, None] + 1 + np.arange(room)  # (R, room) source positions
+            agree = (src < end) & (seq[np.minimum(src, end - 1)] == seq[end : end + room])
+            best = int(np.cumprod(agree, axis=1).sum(axis=1).max())  # copy only what is committed
         out.append(best + 1)
         t += best + 1
     return out
 
 
-def oracle_accept_length(prompt: Sequence[int], answer: Sequence[int]) -> float:
+def oracle_accept_length(prompt: Sequence[int], answer: Sequence[int],
+                         max_draft: int | None = None) -> float:
     """Mean tokens per step of the best context-copying drafter (0.0: nothing to verify)."""
-    steps = oracle_accept_lengths(prompt, answer)
+    steps = oracle_accept_lengths(prompt, answer, max_draft)
     return sum(steps) / len(steps) if steps else 0.0
 
 

@@ -11,7 +11,8 @@ drafters without the model. For each data set this prints, per decode step poole
   depth <= n - 1): the best any ranking of those candidates can do;
 - ``trie, num_draft K``: the paper's draft (the longest match's subtree) at fixed
   budgets (``--budgets``, default 8, 16, 32, 64): what a fixed tree of K nodes accepts,
-  without the adaptive budget's trade of accepted length for speed;
+  without the adaptive budget's trade of accepted length for speed, beside the oracle
+  with at most K draft tokens per step (the best any selection of K nodes can do);
 - the run's measured ``trie`` (and ``plain``) figures, for comparison.
 
 With ``--latency`` the model's latency curve is measured (as the generator measures it)
@@ -85,6 +86,7 @@ def main() -> None:
     # generator takes with that budget (replayed, with each step's node count)
     pinned = {k: with_draft(gen, num_draft=k) for k in budgets}
     fixed: dict[int, list[int]] = {k: [] for k in budgets}
+    bound: dict[int, list[int]] = {k: [] for k in budgets}
     fixed_nodes: dict[int, list[int]] = {k: [] for k in budgets}
     for item, record in zip(items, doc["prompts"], strict=True):
         ids = encode_item(gen, item)
@@ -98,6 +100,7 @@ def main() -> None:
         for k in budgets:
             fixed[k] += replay_cell(pinned[k], ids, docs, answer, meta["max_new_tokens"],
                                     drafted=fixed_nodes[k])
+            bound[k] += oracle_accept_lengths(ids, answer, max_draft=k)
     runs = doc["methods"]
     print(f"{meta['data']} ({meta['rows_used']} prompts, {meta['dtype']})")
     ceiling = sum(oracle) / len(oracle)
@@ -105,7 +108,8 @@ def main() -> None:
     print(f"  clairvoyant selection of the trie's candidates: "
           f"{costed(clairvoyant, cost, ceiling)}")
     for k in budgets:
-        print(f"  trie, num_draft {k}: {costed(fixed[k], cost, ceiling, fixed_nodes[k])}")
+        print(f"  trie, num_draft {k}: {costed(fixed[k], cost, ceiling, fixed_nodes[k])}; "
+              f"oracle with at most {k} draft tokens: {costed(bound[k], None, ceiling)}")
     trie = runs["trie"]
     line = (f"  measured trie: AL {trie['mean_accept_length']:.3f} "
             f"({trie['oracle_share']:.0%} of the oracle)")

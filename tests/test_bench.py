@@ -45,13 +45,15 @@ METHOD_KEYS = {
     "tokens_per_s", "decode_tokens_per_s", "speedup", "decode_speedup", "mean_accept_length",
     "accept_length_hist", "draft_time_share", "exact_match_rate", "oracle_share",
     "new_tokens", "total_s", "prefill_s", "decode_s", "steps", "prompts", "mismatched_prompts",
+    "own_oracle_share",
 }
 META_KEYS = {
     "model", "dtype", "threads", "torch", "transformers", "machine", "date", "command", "data",
     "rows_used", "max_new_tokens", "drafter", "hf_pld", "oracle_accept_length", "methods",
-    "warmup",
+    "warmup", "oracle_by_max_draft",
 }
-RUN_KEYS = {"new_tokens", "total_s", "prefill_s", "decode_s", "accept_lengths", "exact", "steps"}
+RUN_KEYS = {"new_tokens", "total_s", "prefill_s", "decode_s", "accept_lengths", "exact", "steps",
+            "oracle_accept_length"}
 
 needs_data = pytest.mark.skipif(not RAG.is_file(), reason=f"benchmark data not found at {RAG}")
 
@@ -130,6 +132,19 @@ def test_oracle_is_reported(results: dict) -> None:
     assert oracle >= 1.0
     trie = results["methods"]["trie"]
     assert trie["oracle_share"] == pytest.approx(trie["mean_accept_length"] / oracle)
+    # fp32 answers are the reference's, so the own-answer oracle is the same one
+    assert trie["own_oracle_share"] == pytest.approx(trie["oracle_share"])
+    for p in results["prompts"]:
+        for run in p["methods"].values():
+            assert run["oracle_accept_length"] == p["oracle_accept_length"]
+            assert "token_ids" not in run  # stored only for answers that differ
+    # the capped ceiling: at most K draft tokens a step, growing with K up to the oracle
+    capped = results["meta"]["oracle_by_max_draft"]
+    assert list(capped) == ["1", "2", "4", "8", "16", "32", "64"]
+    values = list(capped.values())
+    assert values == sorted(values) and 1.0 <= values[0] and values[-1] <= oracle + 1e-9
+    # a tree of at most 8 nodes a step never accepts more than the 8-capped oracle
+    assert trie["mean_accept_length"] <= capped["8"] + 1e-9
 
 
 @needs_data

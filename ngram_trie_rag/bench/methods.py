@@ -46,6 +46,7 @@ class Run:
     trie_build_s: float | None = None
     drafted: int | None = None  # draft nodes verified, summed over steps
     exact: bool | None = None  # token-exact vs the reference; set by the runner
+    oracle: float | None = None  # oracle accept length of this run's own answer; runner
     extra: dict = field(default_factory=dict)
 
     @property
@@ -57,9 +58,13 @@ class Run:
         return self.total_s - self.prefill_s
 
     def to_dict(self) -> dict:
-        """The per-prompt JSON record (token ids stay out; the reference's are stored once)."""
+        """The per-prompt JSON record. Token ids are kept only for an answer that differs
+        from the reference (whose ids are stored once per prompt), so every answer can
+        be re-analysed offline."""
         out = asdict(self)
-        del out["token_ids"]
+        if self.exact:
+            del out["token_ids"]
+        out["oracle_accept_length"] = out.pop("oracle")
         out.update(new_tokens=self.new_tokens, decode_s=self.decode_s,
                    steps=len(self.accept_lengths) if self.accept_lengths is not None else None)
         return out

@@ -9,6 +9,10 @@ Definitions (all pooled over prompts, so long answers weigh more, as in Spec-Ben
 - ``mean_accept_length``: tokens committed / verification forwards, bonus included.
 - ``oracle_share``: mean accept length / pooled oracle accept length (the ceiling a
   context-copying drafter could reach on the reference answers).
+- ``own_oracle_share``: mean accept length / the pooled oracle of the method's own
+  answers. Equal to ``oracle_share`` when every answer is the reference's (fp32); in
+  bf16 answers diverge after near-ties, and a diverged answer can be far more or less
+  repetitive than the reference, so this is the like-for-like share.
 - ``draft_time_share``: drafting time / decode time (null where it is not measured).
 """
 
@@ -73,6 +77,7 @@ def summarise(runs: Sequence[Run], reference: Sequence[Run],
         "mean_accept_length": mal,
         "accept_length_hist": accept_histogram(runs),
         "oracle_share": ratio(mal, oracle_mean) if mal is not None and oracle_mean else None,
+        "own_oracle_share": _own_oracle_share(runs, mal),
         "drafted_per_step": (ratio(sum(r.drafted or 0 for r in runs), len(accepted))
                              if measured and accepted else None),
         "draft_time_share": (ratio(sum(r.draft_s or 0.0 for r in runs),
@@ -82,3 +87,11 @@ def summarise(runs: Sequence[Run], reference: Sequence[Run],
         "exact_match_rate": ratio(sum(exact), len(exact)),
         "mismatched_prompts": [i for i, ok in enumerate(exact) if not ok],
     }
+
+
+def _own_oracle_share(runs: Sequence[Run], mal: float | None) -> float | None:
+    """Mean accept length over the pooled oracle of the runs' own answers."""
+    if mal is None or any(r.oracle is None for r in runs):
+        return None
+    own = pooled_oracle([r.oracle or 0.0 for r in runs], [r.new_tokens for r in runs])
+    return ratio(mal, own) if own else None

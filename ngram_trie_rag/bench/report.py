@@ -40,14 +40,15 @@ def bench_table(results: dict) -> str:
     """The benchmark summary: one row per method, then the run's settings."""
     meta = results["meta"]
     header = ["method", "tok/s", "decode tok/s", "speedup", "decode speedup", "accept len",
-              "of oracle", "draft time", "exact"]
+              "of oracle", "of own oracle", "nodes/step", "draft time", "exact"]
     rows = []
     for name, m in results["methods"].items():
         rows.append([
             name, fmt(m["tokens_per_s"], ".1f"), fmt(m["decode_tokens_per_s"], ".1f"),
             fmt(m["speedup"], ".2f", "x"), fmt(m["decode_speedup"], ".2f", "x"),
             fmt(m["mean_accept_length"]), fmt(_pct(m["oracle_share"]), ".0f", "%"),
-            fmt(_pct(m["draft_time_share"]), ".1f", "%"),
+            fmt(_pct(m.get("own_oracle_share")), ".0f", "%"),
+            fmt(m.get("drafted_per_step"), ".1f"), fmt(_pct(m["draft_time_share"]), ".1f", "%"),
             f"{round(m['exact_match_rate'] * m['prompts'])}/{m['prompts']}",
         ])
     d = meta["drafter"]
@@ -57,6 +58,10 @@ def bench_table(results: dict) -> str:
         f"{meta['model']} {meta['dtype']} on {meta['device']}, {_threads(meta['threads'])} | "
         f"n={d['n']} L_p={d['prefix_len']} num_draft={_budget(d)}"
     )
+    capped = meta.get("oracle_by_max_draft")
+    if capped:
+        footer += ("\noracle with at most K draft tokens per step: "
+                   + ", ".join(f"K={k} {fmt(v)}" for k, v in capped.items()))
     return table(header, rows) + "\n" + footer
 
 

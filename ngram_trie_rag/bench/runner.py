@@ -3,7 +3,10 @@
 For prompt i the methods run in the order rotated by i, so slow drift (thermal, other
 load) hits all methods alike. Per prompt, one separate prompt forward is timed for the
 Hugging Face methods' prefill, and the oracle accept length is computed from the
-reference (vanilla) answer.
+reference (vanilla) answer -- with any draft length, and with at most K draft tokens per
+step for K in :data:`ORACLE_MAX_DRAFT` -- and from every method's own answer (in bf16
+the answers of different methods can differ, and each method's accepted length is
+counted on its own answer).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from .methods import Run, make_runners, measure_prefill, with_draft
 from .metrics import pooled_oracle, summarise
 
 WARMUP_TOKENS = 8
+#: Draft sizes K at which the oracle is also reported with at most K draft tokens per
+#: step: the ceiling for a drafter that verifies K nodes, whatever its selection.
+ORACLE_MAX_DRAFT = (1, 2, 4, 8, 16, 32, 64)
 
 
 def load_generator(cfg: RunConfig, generator: SpeculativeGenerator | None = None,
@@ -80,17 +86,21 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         for name in rotated(cfg.methods, i):
             done[name] = runners[name](ids, item.documents, cfg.max_new_tokens, prefill)
         reference = done[REFERENCE].token_ids
+        oracle = oracle_accept_length(ids, reference)
         for run in done.values():
             run.exact = run.token_ids == reference
-        oracle = oracle_accept_length(ids, reference)
+            run.oracle = oracle if run.exact else oracle_accept_length(ids, run.token_ids)
         for name in cfg.methods:
             runs[name].append(done[name])
-        records.append(_record(i, item, ids, prefill, oracle, done, cfg.methods))
+        capped = {k: oracle_accept_length(ids, reference, k) for k in ORACLE_MAX_DRAFT}
+        records.append(_record(i, item, ids, prefill, oracle, capped, done, cfg.methods))
         bar.set_postfix({m: f"{r.new_tokens / r.total_s:.1f}t/s" for m, r in done.items()})
     bar.close()
 
-    oracles = [r["oracle_accept_length"] for r in records]
-    oracle_mean = pooled_oracle(oracles, [r.new_tokens for r in runs[REFERENCE]])
+    lengths = [r.new_tokens for r in runs[REFERENCE]]
+    oracle_mean = pooled_oracle([r["oracle_accept_length"] for r in records], lengths)
+    by_draft = {str(k): pooled_oracle([r["oracle_by_max_draft"][str(k)] for r in records],
+                                      lengths) for k in ORACLE_MAX_DRAFT}
     meta = environment(gen) | {
         "command": command_line(cfg.command),
         "data": str(cfg.data),
@@ -105,13 +115,14 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         "hf_pld": {"prompt_lookup_num_tokens": cfg.pld_num_tokens,
                    "max_matching_ngram_size": cfg.pld_max_ngram},
         "oracle_accept_length": oracle_mean,
+        "oracle_by_max_draft": by_draft,
     }
     methods = {m: summarise(runs[m], runs[REFERENCE], oracle_mean) for m in cfg.methods}
     return {"meta": meta, "methods": methods, "prompts": records}
 
 
 def _record(i: int, item: BenchItem, ids: list[int], hf_prefill: float, oracle: float,
-            done: dict[str, Run], order: Sequence[str]) -> dict:
+            capped: dict[int, float], done: dict[str, Run], order: Sequence[str]) -> dict:
     """One prompt's entry; the reference answer ids are kept for offline re-analysis."""
     return {
         "index": i,
@@ -121,6 +132,7 @@ def _record(i: int, item: BenchItem, ids: list[int], hf_prefill: float, oracle: 
         "documents": len(item.documents) if item.documents is not None else None,
         "hf_prefill_s": hf_prefill,
         "oracle_accept_length": oracle,
+        "oracle_by_max_draft": {str(k): v for k, v in capped.items()},
         "order": rotated(order, i),
         "reference_ids": done[REFERENCE].token_ids,
         "methods": {m: done[m].to_dict() for m in order},

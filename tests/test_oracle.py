@@ -1,0 +1,66 @@
+"""The offline ceiling: hand-computed oracle steps, and the bound it puts on every drafter.
+
+The depth-capped oracle claims to be the best any context-copying drafter verifying at
+most K nodes per step can do. The property test checks that claim against the real
+proposers replayed on random sequences: none of them ever needs fewer steps.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ngram_trie_rag import NGramTrie
+from ngram_trie_rag.oracle import (
+    oracle_accept_length,
+    oracle_accept_lengths,
+    replay_accept_lengths,
+)
+from ngram_trie_rag.proposers import PROPOSERS
+
+
+def test_hand_computed_steps() -> None:
+    # prompt 5 6 7 8, answer 1 5 6 7 8 9: the first token comes from prefill; "5" after
+    # "1" has no source (accept 1); after "5" the prompt's "6 7 8" is copied, "9" is the
+    # bonus token (accept 4).
+    assert oracle_accept_lengths([5, 6, 7, 8], [1, 5, 6, 7, 8, 9]) == [1, 4]
+    # two draft tokens a step: "6 7" + bonus "8", then "8" is followed by "1" in the
+    # sequence, not "9": accept 1.
+    assert oracle_accept_lengths([5, 6, 7, 8], [1, 5, 6, 7, 8, 9], max_draft=2) == [1, 3, 1]
+    assert oracle_accept_lengths([5, 6, 7, 8], [1, 5, 6, 7, 8, 9], max_draft=0) == [1] * 5
+    assert oracle_accept_length([5, 6, 7, 8], [1, 5, 6, 7, 8, 9]) == pytest.approx(2.5)
+
+
+def test_copies_only_committed_tokens() -> None:
+    # answer 3 3 3 3 3 3: after the second "3" the only source is the first one, and
+    # what follows it is committed for one token only (the rest is still to be
+    # verified): accept 2, not 4. Then two tokens a step are all that is left to verify.
+    assert oracle_accept_lengths([9], [3, 3, 3, 3, 3, 3]) == [1, 2, 2]
+    assert oracle_accept_length([9], [3]) == 0.0  # nothing to verify after prefill
+
+
+def test_negative_cap_is_an_error() -> None:
+    with pytest.raises(ValueError, match="max_draft"):
+        oracle_accept_lengths([1, 2], [3, 4], max_draft=-1)
+
+
+seqs = st.lists(st.integers(0, 5), min_size=1, max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(prompt=seqs, answer=st.lists(st.integers(0, 5), min_size=2, max_size=60),
+       k=st.integers(1, 12), n=st.integers(2, 14), data=st.data(),
+       method=st.sampled_from(["trie", "backoff", "chain"]))
+def test_no_drafter_beats_the_capped_oracle(prompt, answer, k, n, data, method) -> None:
+    """A drafter verifying at most K nodes from prompt + answer needs at least as many
+    steps as the K-capped oracle, which needs at least as many as the uncapped one."""
+    prefix_len = data.draw(st.integers(1, n - 1))
+    trie = NGramTrie(n, prefix_len)
+    trie.add_document(prompt)
+    steps = replay_accept_lengths(PROPOSERS[method], trie, prompt, answer, k, prefix_len)
+    capped = oracle_accept_lengths(prompt, answer, max_draft=k)
+    free = oracle_accept_lengths(prompt, answer)
+    assert sum(steps) == sum(capped) == sum(free) == len(answer) - 1
+    assert len(steps) >= len(capped) >= len(free)
+    assert max(capped) <= k + 1
