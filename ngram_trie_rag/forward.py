@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from . import gqa_attention, linear_layout
+from .kv_cache import cache_kwargs
 from .linear_layout import Layout
 from .llama_step import LlamaStep
 
@@ -30,5 +31,5 @@ def forward(model: torch.nn.Module, step: LlamaStep | None, input_ids: torch.Ten
     with (gqa_attention.masked_gqa(model, packed, single=mask is None),
           linear_layout.transposed(model, layout == "transposed")):
         out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
-                    past_key_values=cache, use_cache=True)
+                    **cache_kwargs(model, cache), use_cache=True)
     return out.logits[0]

@@ -29,7 +29,7 @@ from . import gqa_attention, latency_store, llama_step
 from .budget import DraftBudget
 from .draft_tree import DraftTree
 from .forward import forward
-from .kv_cache import compact, new_cache
+from .kv_cache import cache_kwargs, compact, new_cache
 from .latency import LatencyCurve, curve_holds, latency_curve
 from .linear_layout import Layout
 from .proposers import PROPOSERS
@@ -304,7 +304,7 @@ class SpeculativeGenerator:
 
         start = time.perf_counter()
         cache = new_cache()
-        out = model(input_ids=torch.tensor([ids], device=device), past_key_values=cache,
+        out = model(input_ids=torch.tensor([ids], device=device), **cache_kwargs(model, cache),
                     use_cache=True, logits_to_keep=1)
         token = choose(out.logits[0, -1], params, gen)
         stats.prefill_s = time.perf_counter() - start
@@ -327,7 +327,9 @@ class SpeculativeGenerator:
             if budget is not None:
                 budget.record_latency(1 + len(tree), stats.last_forward_s)
                 budget.observe(candidates, tokens)
-            tokens = tokens[: limit - produced]  # a drafter may overshoot; never emit past it
+            if len(tokens) > limit - produced:  # a drafter may overshoot; never emit past it
+                tokens = tokens[: limit - produced]
+                stats.accept_lengths[-1] = len(tokens)
             produced += len(tokens)
             history.extend(tokens)
             trie.extend(tokens)
@@ -355,13 +357,16 @@ class SpeculativeGenerator:
         stats.last_forward_s = time.perf_counter() - t1
         if len(tree):
             compact(cache, past, [0, *path])
+        finish: FinishReason | None = None
+        for i, t in enumerate(tokens):
+            if t in self.eos_token_ids:  # an accepted EOS ends the answer: drop what follows
+                tokens, finish = tokens[: i + 1], "eos"
+                break
         stats.steps += 1
         stats.drafted += len(tree)
+        stats.draft_sizes.append(len(tree))
         stats.accept_lengths.append(len(tokens))
-        for i, t in enumerate(tokens):
-            if t in self.eos_token_ids:
-                return tokens[: i + 1], "eos"
-        return tokens, None
+        return tokens, finish
 
     def _finish(self, tokens: list[int], produced: int, limit: int) -> FinishReason | None:
         if tokens and tokens[-1] in self.eos_token_ids:

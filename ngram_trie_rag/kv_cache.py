@@ -14,6 +14,9 @@ committed sequence. Cost: one gather of ``len(keep)`` rows per layer.
 
 from __future__ import annotations
 
+import inspect
+from functools import cache
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
@@ -91,3 +94,16 @@ def compact(cache: DynamicCache, block_start: int, keep: list[int]) -> None:
             values[:, :, block_start : block_start + m] = values[:, :, index]
         layer.keys = keys[:, :, : block_start + m]
         layer.values = values[:, :, : block_start + m]
+
+
+def cache_kwargs(model: torch.nn.Module, kv: DynamicCache) -> dict[str, DynamicCache]:
+    """The keyword a model's forward takes its KV cache under: ``cache`` from
+    Transformers 5.24 on (where ``past_key_values`` still works but is deprecated, to
+    be removed), ``past_key_values`` before."""
+    return {_cache_keyword(type(model)): kv}
+
+
+@cache
+def _cache_keyword(model_type: type) -> str:
+    params = inspect.signature(model_type.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"

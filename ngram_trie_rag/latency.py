@@ -69,7 +69,7 @@ class _ForwardTimer:
 
     def __init__(self, model, step: LlamaStep | None, sliding_window: int | None,
                  past_len: int) -> None:
-        from .kv_cache import new_cache
+        from .kv_cache import cache_kwargs, new_cache
 
         self.model, self.step, self.sliding_window = model, step, sliding_window
         self.past_len = min(past_len,
@@ -78,7 +78,7 @@ class _ForwardTimer:
         prefix = self._random(self.past_len)
         self.cache = new_cache()
         with torch.inference_mode():
-            model(input_ids=prefix, past_key_values=self.cache, use_cache=True,
+            model(input_ids=prefix, **cache_kwargs(model, self.cache), use_cache=True,
                   logits_to_keep=1)
 
     def _random(self, q: int) -> torch.Tensor:

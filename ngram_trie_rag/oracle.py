@@ -49,14 +49,50 @@ def oracle_accept_lengths(prompt: Sequence[int], answer: Sequence[int],
         room = total - t - 1  # draft tokens that can still be verified before the end
         if max_draft is not None:
             room = min(room, max_draft)
-        best = 0
-        occ = np.flatnonzero(seq[: end - 1] == seq[end - 1])
-        if room > 0 and occ.size:
-            src = occ[:, None] + 1 + np.arange(room)  # (R, room) source positions
-            agree = (src < end) & (seq[np.minimum(src, end - 1)] == seq[end : end + room])
-            best = int(np.cumprod(agree, axis=1).sum(axis=1).max())  # copy only what is committed
+        best = _best_copy(seq, end, room)
         out.append(best + 1)
         t += best + 1
+    return out
+
+
+def _best_copy(seq: np.ndarray, end: int, room: int) -> int:
+    """The longest run of ``seq[end:]`` (at most ``room`` tokens) that follows an earlier
+    occurrence of ``seq[end - 1]``, copying only committed tokens (``seq[:end]``)."""
+    occ = np.flatnonzero(seq[: end - 1] == seq[end - 1])
+    if room <= 0 or occ.size == 0:
+        return 0
+    src = occ[:, None] + 1 + np.arange(room)  # (R, room) source positions
+    agree = (src < end) & (seq[np.minimum(src, end - 1)] == seq[end : end + room])
+    return int(np.cumprod(agree, axis=1).sum(axis=1).max())
+
+
+def same_size_bounds(prompt: Sequence[int], answer: Sequence[int],
+                     accept_lengths: Sequence[int], draft_sizes: Sequence[int]) -> list[int]:
+    """Per step of a real run, the most a context-copying drafter could have accepted
+    there (bonus included) with the same number of draft nodes the run verified.
+
+    Steps start where the run's own steps started (the first token comes from
+    prefill). ``sum(accept_lengths) / sum(bounds)`` then says how well the run chose
+    its nodes, apart from how many it chose to verify.
+
+    Example: prompt ``5 6 7 8``, answer ``1 5 6 7 8 9``, a run that stepped
+    ``[1, 1, 3]`` with ``[0, 3, 3]`` nodes: after ``5`` three nodes could have held
+    ``6 7 8`` (bound 4) but the run accepted only its bonus token; after ``6`` it
+    copied ``7 8``, all there was (bound 3): ``[1, 4, 3]``.
+    """
+    if len(accept_lengths) != len(draft_sizes):
+        raise ValueError(f"{len(accept_lengths)} accept lengths but {len(draft_sizes)} "
+                         "draft sizes: one of each per step")
+    if sum(accept_lengths) != max(len(answer) - 1, 0):
+        raise ValueError(f"accept lengths add up to {sum(accept_lengths)}, the answer has "
+                         f"{len(answer) - 1} tokens after the first")
+    seq = np.asarray(list(prompt) + list(answer), dtype=np.int64)
+    p, total = len(prompt), len(answer)
+    t, out = 1, []
+    for accepted, size in zip(accept_lengths, draft_sizes, strict=True):
+        room = min(total - t - 1, size)
+        out.append(_best_copy(seq, p + t, room) + 1)
+        t += accepted
     return out
 
 

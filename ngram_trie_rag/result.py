@@ -16,6 +16,7 @@ class GenerationStats:
     steps: int = 0  # forward passes after prefill
     drafted: int = 0  # draft nodes verified, summed over steps
     accept_lengths: list[int] = field(default_factory=list)
+    draft_sizes: list[int] = field(default_factory=list)  # nodes verified, per step
     prefill_s: float = 0.0
     decode_s: float = 0.0  # everything after prefill (forward, drafting, bookkeeping)
     draft_s: float = 0.0  # drafting + tree mask building, inside decode_s

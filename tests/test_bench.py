@@ -45,7 +45,7 @@ METHOD_KEYS = {
     "tokens_per_s", "decode_tokens_per_s", "speedup", "decode_speedup", "mean_accept_length",
     "accept_length_hist", "draft_time_share", "exact_match_rate", "oracle_share",
     "new_tokens", "total_s", "prefill_s", "decode_s", "steps", "prompts", "mismatched_prompts",
-    "own_oracle_share",
+    "own_oracle_share", "same_size_share",
 }
 META_KEYS = {
     "model", "dtype", "threads", "torch", "transformers", "machine", "date", "command", "data",
@@ -143,8 +143,16 @@ def test_oracle_is_reported(results: dict) -> None:
     assert list(capped) == ["1", "2", "4", "8", "16", "32", "64"]
     values = list(capped.values())
     assert values == sorted(values) and 1.0 <= values[0] and values[-1] <= oracle + 1e-9
-    # a tree of at most 8 nodes a step never accepts more than the 8-capped oracle
+    # a tree of at most 8 nodes a step never accepts more than the 8-capped oracle, nor,
+    # step by step, more than the best copy with the nodes it verified
     assert trie["mean_accept_length"] <= capped["8"] + 1e-9
+    for name in ("trie", "chain"):
+        assert 0.0 < results["methods"][name]["same_size_share"] <= 1.0
+    assert results["methods"]["plain"]["same_size_share"] == 1.0  # no nodes, nothing to miss
+    assert results["methods"]["hf-pld"]["same_size_share"] is None  # sizes not observable
+    for p in results["prompts"]:
+        run = p["methods"]["trie"]
+        assert len(run["draft_sizes"]) == run["steps"] and sum(run["draft_sizes"]) == run["drafted"]
 
 
 @needs_data

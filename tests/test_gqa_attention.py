@@ -9,7 +9,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ngram_trie_rag import gqa_attention
 from ngram_trie_rag.draft_tree import DraftTree
-from ngram_trie_rag.kv_cache import new_cache
+from ngram_trie_rag.kv_cache import cache_kwargs, new_cache
 from ngram_trie_rag.tree_attention import tree_inputs
 
 # A two-branch tree below the last committed token: 5-6-7, 8-9, 5-10-11 style shapes.
@@ -25,9 +25,9 @@ def _after_prefix(model, ids: torch.Tensor, packed: bool, single: bool = False,
     prefix = torch.randint(0, model.config.vocab_size, (1, 300), generator=gen)
     with torch.inference_mode():
         cache = new_cache()
-        model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=prefix, **cache_kwargs(model, cache), use_cache=True, logits_to_keep=1)
         with gqa_attention.masked_gqa(model, packed, single=single):
-            return model(input_ids=ids, past_key_values=cache, use_cache=True,
+            return model(input_ids=ids, **cache_kwargs(model, cache), use_cache=True,
                          **inputs).logits
 
 

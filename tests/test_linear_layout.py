@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ngram_trie_rag import linear_layout
-from ngram_trie_rag.kv_cache import BufferLayer, compact, new_cache
+from ngram_trie_rag.kv_cache import BufferLayer, cache_kwargs, compact, new_cache
 from ngram_trie_rag.latency import LatencyCurve
 
 
@@ -68,8 +68,8 @@ def test_buffer_cache_matches_dynamic_cache_and_compacts(generator) -> None:
     with torch.inference_mode():
         ref, buf = DynamicCache(), new_cache()
         for cache in (ref, buf):
-            model(input_ids=prefix, past_key_values=cache, use_cache=True)
-            model(input_ids=block, position_ids=pos, past_key_values=cache, use_cache=True)
+            model(input_ids=prefix, **cache_kwargs(model, cache), use_cache=True)
+            model(input_ids=block, position_ids=pos, **cache_kwargs(model, cache), use_cache=True)
         assert all(isinstance(layer, BufferLayer) for layer in buf.layers)
         for a, b in zip(ref.layers, buf.layers, strict=True):
             assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
@@ -79,7 +79,7 @@ def test_buffer_cache_matches_dynamic_cache_and_compacts(generator) -> None:
         assert buf.get_seq_length() == 43
         assert torch.equal(layer.keys[:, :, 40:], kept)
         # The next forward writes after the kept rows, into the same buffer.
-        model(input_ids=block[:, :1], position_ids=torch.tensor([[43]]), past_key_values=buf,
+        model(input_ids=block[:, :1], position_ids=torch.tensor([[43]]), **cache_kwargs(model, buf),
               use_cache=True)
         assert buf.get_seq_length() == 44
         assert layer.keys.data_ptr() == layer._key_buf.data_ptr()

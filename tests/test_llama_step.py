@@ -13,7 +13,7 @@ from tiny_model import tiny_llama
 from ngram_trie_rag import SpeculativeGenerator, llama_step
 from ngram_trie_rag.draft_tree import DraftTree
 from ngram_trie_rag.forward import forward
-from ngram_trie_rag.kv_cache import new_cache
+from ngram_trie_rag.kv_cache import cache_kwargs, new_cache
 from ngram_trie_rag.llama_step import LlamaStep
 from ngram_trie_rag.tree_attention import tree_inputs
 
@@ -39,7 +39,7 @@ def _run(model, step: LlamaStep | None, tree: DraftTree | None, layout: str,
     prefix = torch.randint(0, vocab, (1, PAST), generator=gen)
     with torch.inference_mode():
         cache = new_cache()
-        model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=prefix, **cache_kwargs(model, cache), use_cache=True, logits_to_keep=1)
         if tree is None:
             ids, pos, mask = torch.tensor([[4]]), torch.tensor([[PAST]]), None
         else:

@@ -16,6 +16,7 @@ from ngram_trie_rag.oracle import (
     oracle_accept_length,
     oracle_accept_lengths,
     replay_accept_lengths,
+    same_size_bounds,
 )
 from ngram_trie_rag.proposers import PROPOSERS
 
@@ -45,6 +46,17 @@ def test_negative_cap_is_an_error() -> None:
         oracle_accept_lengths([1, 2], [3, 4], max_draft=-1)
 
 
+def test_same_size_bounds_follow_the_run() -> None:
+    # The run stepped 1, 1, 3 with 0, 3, 3 nodes: after "5" three nodes could have held
+    # "6 7 8" (bound 4); after "6" the run copied "7 8", all there was (bound 3).
+    prompt, answer = [5, 6, 7, 8], [1, 5, 6, 7, 8, 9]
+    assert same_size_bounds(prompt, answer, [1, 1, 3], [0, 3, 3]) == [1, 4, 3]
+    with pytest.raises(ValueError, match="one of each per step"):
+        same_size_bounds(prompt, answer, [1, 1, 3], [0, 3])
+    with pytest.raises(ValueError, match="add up"):
+        same_size_bounds(prompt, answer, [1, 1, 2], [0, 3, 3])
+
+
 seqs = st.lists(st.integers(0, 5), min_size=1, max_size=60)
 
 
@@ -64,3 +76,11 @@ def test_no_drafter_beats_the_capped_oracle(prompt, answer, k, n, data, method) 
     assert sum(steps) == sum(capped) == sum(free) == len(answer) - 1
     assert len(steps) >= len(capped) >= len(free)
     assert max(capped) <= k + 1
+    # step by step, no step accepts more than the best copy with its own node count
+    drafted: list[int] = []
+    trie = NGramTrie(n, prefix_len)
+    trie.add_document(prompt)
+    steps = replay_accept_lengths(PROPOSERS[method], trie, prompt, answer, k, prefix_len,
+                                  drafted=drafted)
+    bounds = same_size_bounds(prompt, answer, steps, drafted)
+    assert all(a <= b for a, b in zip(steps, bounds, strict=True))

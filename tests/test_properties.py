@@ -92,6 +92,10 @@ def test_pathological_drafts_stay_exact(register, case: str) -> None:
     name = register(f"test-{case}", proposer)
     gen = SpeculativeGenerator(model, tokenizer, n=6, prefix_len=2)
     res = gen.generate(prompt, max_new_tokens=max_new, method=name, num_draft=64)
+    stats = res.stats  # one entry per step, counting only what was emitted
+    assert sum(stats.accept_lengths) == len(res.token_ids) - 1
+    assert len(stats.draft_sizes) == len(stats.accept_lengths) == stats.steps
+    assert sum(stats.draft_sizes) == stats.drafted
     if case == "past_budget":
         assert len(res.token_ids) <= max_new
         assert res.token_ids == truth[: len(res.token_ids)]
@@ -101,3 +105,24 @@ def test_pathological_drafts_stay_exact(register, case: str) -> None:
         assert res.stats.steps <= 2  # everything accepted at once
     if case == "all_wrong":
         assert res.stats.mean_accept_length == 1.0
+
+
+def test_an_accepted_eos_ends_the_answer_and_its_step(register) -> None:
+    """A draft that runs through an end-of-sequence token: the answer stops at it, and
+    the step counts only the tokens up to it."""
+    model, tokenizer = MODELS[3]
+    prompt, max_new = [5, 6, 7, 8, 9], 30
+    truth = _truth(model, prompt, max_new)
+
+    def proposer(trie, tail, num_draft, max_depth):
+        produced = len(trie._buf[: trie._len]) - trie._guard - len(prompt)
+        return DraftTree.chain(truth[produced:][:max_depth])
+
+    name = register("test-through-eos", proposer)
+    gen = SpeculativeGenerator(model, tokenizer, n=6, prefix_len=2)
+    gen.eos_token_ids = frozenset({truth[5]})  # the sixth token now ends the answer
+    stop = truth.index(truth[5])  # the first occurrence of that token
+    res = gen.generate(prompt, max_new_tokens=max_new, method=name, num_draft=64)
+    assert res.token_ids == truth[: stop + 1] and res.finish_reason == "eos"
+    assert res.stats.accept_lengths == [stop]  # one step, drafted well past the EOS
+    assert res.stats.draft_sizes[0] > stop

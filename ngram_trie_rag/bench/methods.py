@@ -30,6 +30,7 @@ from transformers import DynamicCache
 from transformers.generation.streamers import BaseStreamer
 
 from ..generator import SpeculativeGenerator
+from ..kv_cache import cache_kwargs
 from .config import pinned_budget
 
 
@@ -45,8 +46,10 @@ class Run:
     core_decode_s: float | None = None  # the generator's own decode_s (for the draft share)
     trie_build_s: float | None = None
     drafted: int | None = None  # draft nodes verified, summed over steps
+    draft_sizes: list[int] | None = None  # draft nodes verified, per step (our methods)
     exact: bool | None = None  # token-exact vs the reference; set by the runner
     oracle: float | None = None  # oracle accept length of this run's own answer; runner
+    same_size_bound: int | None = None  # sum of oracle.same_size_bounds; runner
     extra: dict = field(default_factory=dict)
 
     @property
@@ -87,7 +90,8 @@ def measure_prefill(gen: SpeculativeGenerator, prompt_ids: list[int]) -> float:
     ids = torch.tensor([prompt_ids], device=model.device)
     synchronize(model)
     start = time.perf_counter()
-    out = model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+    out = model(input_ids=ids, **cache_kwargs(model, DynamicCache()), use_cache=True,
+                logits_to_keep=1)
     out.logits[0, -1].argmax().item()
     synchronize(model)
     return time.perf_counter() - start
@@ -156,7 +160,8 @@ def run_core(gen: SpeculativeGenerator, prompt_ids: list[int], documents: list[s
     s = res.stats
     return Run(list(res.token_ids), total, s.prefill_s, list(s.accept_lengths),
                draft_s=s.draft_s, core_decode_s=s.decode_s, trie_build_s=s.trie_build_s,
-               drafted=s.drafted, extra={"trie_tokens": s.trie_tokens,
+               drafted=s.drafted, draft_sizes=list(s.draft_sizes),
+               extra={"trie_tokens": s.trie_tokens,
                                          "draft_source": s.draft_source})
 
 

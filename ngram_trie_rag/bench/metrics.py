@@ -13,6 +13,10 @@ Definitions (all pooled over prompts, so long answers weigh more, as in Spec-Ben
   answers. Equal to ``oracle_share`` when every answer is the reference's (fp32); in
   bf16 answers diverge after near-ties, and a diverged answer can be far more or less
   repetitive than the reference, so this is the like-for-like share.
+- ``same_size_share``: tokens committed / what the best context copy could have
+  committed at the same steps with the same number of draft nodes per step (this
+  library's drafters only): the quality of the drafter's choice of nodes, apart from
+  the budget's choice of how many.
 - ``draft_time_share``: drafting time / decode time (null where it is not measured).
 """
 
@@ -78,6 +82,9 @@ def summarise(runs: Sequence[Run], reference: Sequence[Run],
         "accept_length_hist": accept_histogram(runs),
         "oracle_share": ratio(mal, oracle_mean) if mal is not None and oracle_mean else None,
         "own_oracle_share": _own_oracle_share(runs, mal),
+        "same_size_share": (ratio(sum(accepted), sum(r.same_size_bound or 0 for r in runs))
+                            if accepted and all(r.same_size_bound is not None for r in runs)
+                            else None),
         "drafted_per_step": (ratio(sum(r.drafted or 0 for r in runs), len(accepted))
                              if measured and accepted else None),
         "draft_time_share": (ratio(sum(r.draft_s or 0.0 for r in runs),

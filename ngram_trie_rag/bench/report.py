@@ -40,7 +40,8 @@ def bench_table(results: dict) -> str:
     """The benchmark summary: one row per method, then the run's settings."""
     meta = results["meta"]
     header = ["method", "tok/s", "decode tok/s", "speedup", "decode speedup", "accept len",
-              "of oracle", "of own oracle", "nodes/step", "draft time", "exact"]
+              "of oracle", "of own oracle", "nodes/step", "of same-size", "draft time",
+              "exact"]
     rows = []
     for name, m in results["methods"].items():
         rows.append([
@@ -48,7 +49,9 @@ def bench_table(results: dict) -> str:
             fmt(m["speedup"], ".2f", "x"), fmt(m["decode_speedup"], ".2f", "x"),
             fmt(m["mean_accept_length"]), fmt(_pct(m["oracle_share"]), ".0f", "%"),
             fmt(_pct(m.get("own_oracle_share")), ".0f", "%"),
-            fmt(m.get("drafted_per_step"), ".1f"), fmt(_pct(m["draft_time_share"]), ".1f", "%"),
+            fmt(m.get("drafted_per_step"), ".1f"),
+            fmt(_pct(m.get("same_size_share")), ".0f", "%"),
+            fmt(_pct(m["draft_time_share"]), ".1f", "%"),
             f"{round(m['exact_match_rate'] * m['prompts'])}/{m['prompts']}",
         ])
     d = meta["drafter"]

@@ -6,7 +6,10 @@ Hugging Face methods' prefill, and the oracle accept length is computed from the
 reference (vanilla) answer -- with any draft length, and with at most K draft tokens per
 step for K in :data:`ORACLE_MAX_DRAFT` -- and from every method's own answer (in bf16
 the answers of different methods can differ, and each method's accepted length is
-counted on its own answer).
+counted on its own answer). For this library's drafters it also computes, step by
+step, what the best copy could have accepted with the same number of draft nodes
+(:func:`~ngram_trie_rag.oracle.same_size_bounds`): how well the nodes were chosen,
+apart from how many.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..generator import SpeculativeGenerator
-from ..oracle import oracle_accept_length
+from ..oracle import oracle_accept_length, same_size_bounds
 from .config import REFERENCE, BenchConfig, RunConfig
 from .data import BenchItem, load_items
 from .meta import command_line, environment
@@ -90,6 +93,9 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         for run in done.values():
             run.exact = run.token_ids == reference
             run.oracle = oracle if run.exact else oracle_accept_length(ids, run.token_ids)
+            if run.draft_sizes is not None and run.accept_lengths is not None:
+                run.same_size_bound = sum(same_size_bounds(ids, run.token_ids,
+                                                           run.accept_lengths, run.draft_sizes))
         for name in cfg.methods:
             runs[name].append(done[name])
         capped = {k: oracle_accept_length(ids, reference, k) for k in ORACLE_MAX_DRAFT}
