@@ -2,7 +2,7 @@
 
 Verifying K draft nodes costs one forward over 1 + K tokens, t(1 + K). On a GPU t is
 nearly flat up to a few dozen tokens; on a CPU it is not (fp32, default model, two
-cores, the generator's forwards: about 43 / 45 / 56 / 84 / 103 ms for 1 / 2 / 3 / 8 /
+cores, the generator's forwards: about 19 / 21 / 27 / 33 / 41 ms for 1 / 2 / 3 / 8 /
 16 tokens). So the best K depends on the hardware and on how likely this step's
 candidates are to be right:
 
