@@ -322,14 +322,12 @@ class SpeculativeGenerator:
             if budget is not None and len(tree):
                 tree = candidates.top(budget.choose(candidates))
             packed = costs.packed(1 + len(tree), self._masked_gqa)
-            tokens, finish = self._verify(tree, history[-1], past, params, gen, cache, stats,
-                                          t0, costs.layout(1 + len(tree)), packed)
+            tokens, finish = self._verify(tree, history[-1], past, limit - produced, params,
+                                          gen, cache, stats, t0, costs.layout(1 + len(tree)),
+                                          packed)
             if budget is not None:
                 budget.record_latency(1 + len(tree), stats.last_forward_s)
                 budget.observe(candidates, tokens)
-            if len(tokens) > limit - produced:  # a drafter may overshoot; never emit past it
-                tokens = tokens[: limit - produced]
-                stats.accept_lengths[-1] = len(tokens)
             produced += len(tokens)
             history.extend(tokens)
             trie.extend(tokens)
@@ -337,11 +335,12 @@ class SpeculativeGenerator:
             stats.decode_s = time.perf_counter() - decode_start
             yield tokens, finish, stats
 
-    def _verify(self, tree: DraftTree, last: int, past: int, params: SamplingParams,
-                gen: torch.Generator | None, cache, stats: GenerationStats,
-                t0: float, layout: Layout,
+    def _verify(self, tree: DraftTree, last: int, past: int, room: int,
+                params: SamplingParams, gen: torch.Generator | None, cache,
+                stats: GenerationStats, t0: float, layout: Layout,
                 packed: bool) -> tuple[list[int], FinishReason | None]:
-        """One forward over [last] + tree; returns the emitted tokens (cut at EOS).
+        """One forward over [last] + tree; returns the emitted tokens: cut at EOS and at
+        ``room``, the tokens left before the limit (a drafter may overshoot it).
         ``layout`` and ``packed`` pick the linear layout and the GQA attention
         (packed for every draft; for a plain step where it measured faster)."""
         device = self.model.device
@@ -357,13 +356,12 @@ class SpeculativeGenerator:
         stats.last_forward_s = time.perf_counter() - t1
         if len(tree):
             compact(cache, past, [0, *path])
+        tokens = tokens[:room]
         finish: FinishReason | None = None
         for i, t in enumerate(tokens):
             if t in self.eos_token_ids:  # an accepted EOS ends the answer: drop what follows
                 tokens, finish = tokens[: i + 1], "eos"
                 break
-        stats.steps += 1
-        stats.drafted += len(tree)
         stats.draft_sizes.append(len(tree))
         stats.accept_lengths.append(len(tokens))
         return tokens, finish

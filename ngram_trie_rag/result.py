@@ -13,10 +13,8 @@ class GenerationStats:
     """Per-request counters. Accept length = tokens emitted by one verification step
     (accepted draft tokens + the bonus token); a plain decode step has accept length 1."""
 
-    steps: int = 0  # forward passes after prefill
-    drafted: int = 0  # draft nodes verified, summed over steps
-    accept_lengths: list[int] = field(default_factory=list)
-    draft_sizes: list[int] = field(default_factory=list)  # nodes verified, per step
+    accept_lengths: list[int] = field(default_factory=list)  # per step after prefill
+    draft_sizes: list[int] = field(default_factory=list)  # draft nodes verified, per step
     prefill_s: float = 0.0
     decode_s: float = 0.0  # everything after prefill (forward, drafting, bookkeeping)
     draft_s: float = 0.0  # drafting + tree mask building, inside decode_s
@@ -28,12 +26,23 @@ class GenerationStats:
     last_forward_s: float = 0.0  # the latest verification forward (for the budget)
 
     @property
+    def steps(self) -> int:
+        """Forward passes after prefill."""
+        return len(self.accept_lengths)
+
+    @property
+    def drafted(self) -> int:
+        """Draft nodes verified, summed over steps."""
+        return sum(self.draft_sizes)
+
+    @property
     def mean_accept_length(self) -> float:
         return sum(self.accept_lengths) / len(self.accept_lengths) if self.accept_lengths else 0.0
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        out["mean_accept_length"] = self.mean_accept_length
+        out.update(steps=self.steps, drafted=self.drafted,
+                   mean_accept_length=self.mean_accept_length)
         return out
 
 
