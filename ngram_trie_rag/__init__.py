@@ -1,15 +1,42 @@
-"""ngram-trie-rag: lossless RAG speed-up with n-gram trie speculative decoding."""
+"""ngram-trie-rag: lossless RAG speed-up with n-gram trie speculative decoding.
 
-from .draft_tree import DraftTree
-from .generator import DraftConfig, GenerationStream, SpeculativeGenerator
-from .loading import ModelNotFoundError, load_model
-from .result import GenerationResult, GenerationStats
-from .sampling import SamplingParams
-from .trie import NGramTrie
+Names are imported on first use (PEP 562), so ``import ngram_trie_rag.drafting`` does
+not pull in torch, and importing the package has no side effects.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "DraftConfig": ".drafting",
+    "DraftTree": ".drafting",
+    "Drafter": ".drafting",
+    "NGramTrie": ".drafting",
+    "GenerationResult": ".result",
+    "GenerationStats": ".result",
+    "GenerationStream": ".stream",
+    "ModelNotFoundError": ".loading",
+    "load_model": ".loading",
+    "SamplingParams": ".sampling",
+    "SpeculativeGenerator": ".generator",
+    "shared_generator": ".shared",
+}
+
+if TYPE_CHECKING:
+    from .drafting import DraftConfig, Drafter, DraftTree, NGramTrie
+    from .generator import SpeculativeGenerator
+    from .loading import ModelNotFoundError, load_model
+    from .result import GenerationResult, GenerationStats
+    from .sampling import SamplingParams
+    from .shared import shared_generator
+    from .stream import GenerationStream
 
 __all__ = [
     "DraftConfig",
     "DraftTree",
+    "Drafter",
     "GenerationResult",
     "GenerationStats",
     "GenerationStream",
@@ -18,5 +45,19 @@ __all__ = [
     "SamplingParams",
     "SpeculativeGenerator",
     "load_model",
+    "shared_generator",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ngram_trie_rag' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

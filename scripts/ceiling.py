@@ -34,9 +34,8 @@ from ngram_trie_rag.bench.data import load_items
 from ngram_trie_rag.bench.methods import with_draft
 from ngram_trie_rag.bench.runner import encode_item
 from ngram_trie_rag.bench.sweep import replay_cell
-from ngram_trie_rag.budget import DraftBudget
-from ngram_trie_rag.oracle import oracle_accept_lengths, replay_accept_lengths
-from ngram_trie_rag.proposers import propose_backoff
+from ngram_trie_rag.drafting.budget import DraftBudget
+from ngram_trie_rag.drafting.oracle import oracle_accept_lengths, replay_accept_lengths
 
 CANDIDATES = 64
 
@@ -46,8 +45,8 @@ def clairvoyant_steps(gen: SpeculativeGenerator, ids: list[int], docs: list[list
     """Accept lengths when every step verifies exactly the true path among the trie's
     candidates: the replay of the back-off union with ``CANDIDATES`` nodes (the
     generator's trie, extended with the answer as it is produced)."""
-    return replay_accept_lengths(propose_backoff, gen.build_trie(ids, docs), ids, answer,
-                                 CANDIDATES, gen.config.prefix_len, max_new_tokens)
+    drafter = gen.drafter(ids, docs, "backoff", num_draft=CANDIDATES)
+    return replay_accept_lengths(drafter, answer, max_new_tokens)
 
 
 def costed(steps: list[int], cost: Callable[[int], float] | None,
@@ -80,7 +79,7 @@ def main() -> None:
     items = load_items(meta["data"], meta["rows_used"])
     cost = None
     if args.latency:
-        cost = DraftBudget(dict(gen._forward_costs().seconds), CANDIDATES).cost
+        cost = DraftBudget(dict(gen.latency_curve.seconds), CANDIDATES).cost
     oracle, clairvoyant = [], []
     # the paper's draft pinned at K nodes: in exact greedy decoding, the steps the
     # generator takes with that budget (replayed, with each step's node count)

@@ -1,38 +1,34 @@
-"""Where one decode step's time goes: forward, drafting, mask, acceptance, KV compaction,
-budget, trie extend. Wraps the generator's building blocks with timers and runs the
-default model on Spec-Bench RAG prompts.
+"""Where one decode step's time goes: drafting, preparing the forward, the forward, the
+acceptance walk, KV compaction and the drafter's update, on Spec-Bench RAG prompts.
 
     python scripts/profile_step.py --data ../shared/data/spec_bench/rag.jsonl --limit 5
+
+Timed with cProfile over the decode loop's own seams (``Drafter.propose``,
+``Engine.prepare``, ``Engine.run``, ``accept``, ``Engine.commit``, ``Drafter.update``):
+nothing is patched, and a seam that is never called is an error, not a silent zero.
+cProfile adds a little to every Python call, so read shares, not absolute times.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
-import time
-from collections import defaultdict
-from collections.abc import Callable
+import pstats
 
 import torch
 
-import ngram_trie_rag.generator as generator_module
-from ngram_trie_rag import NGramTrie, SpeculativeGenerator
-from ngram_trie_rag.budget import DraftBudget
-from ngram_trie_rag.proposers import PROPOSERS
+from ngram_trie_rag import SpeculativeGenerator
 
-TOTALS: dict[str, float] = defaultdict(float)
-CALLS: dict[str, int] = defaultdict(int)
-
-
-def timed(name: str, fn: Callable) -> Callable:
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            TOTALS[name] += time.perf_counter() - start
-            CALLS[name] += 1
-    return wrapper
+# label -> (file suffix, function name) of the seams the decode loop calls once per step
+SEAMS = {
+    "draft (Drafter.propose)": ("drafting/drafter.py", "propose"),
+    "tree mask + positions (Engine.prepare)": ("engine/engine.py", "prepare"),
+    "model forward (Engine.run)": ("engine/engine.py", "run"),
+    "acceptance walk (+device sync)": ("ngram_trie_rag/sampling.py", "accept"),
+    "KV compaction (Engine.commit)": ("engine/engine.py", "commit"),
+    "budget + trie learning (Drafter.update)": ("drafting/drafter.py", "update"),
+}
 
 
 def main() -> None:
@@ -44,35 +40,41 @@ def main() -> None:
     args = parser.parse_args()
 
     gen = SpeculativeGenerator.from_pretrained(dtype=args.dtype)
-    rows = [json.loads(line) for line in open(args.data)][: args.limit]
+    with open(args.data) as f:
+        rows = [json.loads(line) for line in f if line.strip()][: args.limit]
     prompts = [[{"role": "user", "content": r["turns"][0]}] for r in rows]
     gen.generate(prompts[0], max_new_tokens=8)  # warm-up and latency curve
 
-    PROPOSERS["trie"] = timed("draft (trie lookup + subtree)", PROPOSERS["trie"])
-    generator_module.tree_inputs = timed("tree mask + positions", generator_module.tree_inputs)
-    generator_module.accept = timed("acceptance walk (+device sync)", generator_module.accept)
-    generator_module.compact = timed("KV compaction", generator_module.compact)
-    NGramTrie.extend = timed("trie extend", NGramTrie.extend)
-    DraftBudget.choose = timed("budget choose", DraftBudget.choose)
-    DraftBudget.observe = timed("budget observe", DraftBudget.observe)
-    # The steps' forwards (Llama step or modules); prefill calls the model directly.
-    generator_module.forward = timed("model forward", generator_module.forward)
-
-    decode = steps = tokens = 0.0
+    profile = cProfile.Profile()
+    decode = steps = 0.0
     for p in prompts:
+        profile.enable()
         res = gen.generate(p, max_new_tokens=args.max_new_tokens)
+        profile.disable()
         decode += res.stats.decode_s
         steps += res.stats.steps
-        tokens += len(res.token_ids)
-    print(f"{len(prompts)} prompts, {int(tokens)} tokens, {int(steps)} steps, "
-          f"decode {decode:.2f} s ({1000 * decode / steps:.2f} ms/step), "
-          f"threads {torch.get_num_threads()}, {args.dtype}")
-    print(f"{'component':34s} {'ms/step':>8s} {'share':>7s}")
-    for name, total in sorted(TOTALS.items(), key=lambda kv: -kv[1]):
-        print(f"{name:34s} {1000 * total / steps:8.3f} {100 * total / decode:6.2f}%")
-    rest = decode - sum(TOTALS.values())
-    print(f"{'other (Python loop, detokenising)':34s} {1000 * rest / steps:8.3f} "
+    totals = _seam_totals(pstats.Stats(profile))
+    print(f"{len(prompts)} prompts, {int(steps)} steps, decode {decode:.2f} s "
+          f"({1000 * decode / steps:.2f} ms/step), threads {torch.get_num_threads()}, "
+          f"{args.dtype}")
+    print(f"{'component':42s} {'ms/step':>8s} {'share':>7s}")
+    for label, total in sorted(totals.items(), key=lambda kv: -kv[1]):
+        print(f"{label:42s} {1000 * total / steps:8.3f} {100 * total / decode:6.2f}%")
+    rest = decode - sum(totals.values())
+    print(f"{'other (loop, detokenising, profiler)':42s} {1000 * rest / steps:8.3f} "
           f"{100 * rest / decode:6.2f}%")
+
+
+def _seam_totals(stats: pstats.Stats) -> dict[str, float]:
+    """Cumulative seconds per seam; raises if a seam was never called."""
+    totals: dict[str, float] = {}
+    for label, (suffix, name) in SEAMS.items():
+        hits = [cum for (file, _, func), (_, _, _, cum, _) in stats.stats.items()
+                if file.endswith(suffix) and func == name]
+        if not hits:
+            raise SystemExit(f"{label}: {suffix}:{name} was never called; update SEAMS")
+        totals[label] = sum(hits)
+    return totals
 
 
 if __name__ == "__main__":

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import torch
 from transformers import DynamicCache
 from transformers.generation.streamers import BaseStreamer
 
+from ..engine.kv_cache import cache_kwargs
 from ..generator import SpeculativeGenerator
-from ..kv_cache import cache_kwargs
 from .config import pinned_budget
 
 
@@ -168,8 +168,7 @@ def run_core(gen: SpeculativeGenerator, prompt_ids: list[int], documents: list[s
 def with_draft(gen: SpeculativeGenerator, **changes: int) -> SpeculativeGenerator:
     """A new generator over the same model and tokenizer (no reload), with its drafting
     settings changed by ``changes``, and any state it keeps across calls starting fresh."""
-    config = replace(gen.config, **changes)
-    return SpeculativeGenerator(gen.model, gen.tokenizer, config=config, name=gen.model_name)
+    return gen.reshaped(**changes)
 
 
 def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int | None,

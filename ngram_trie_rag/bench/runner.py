@@ -8,7 +8,7 @@ step for K in :data:`ORACLE_MAX_DRAFT` -- and from every method's own answer (in
 the answers of different methods can differ, and each method's accepted length is
 counted on its own answer). For this library's drafters it also computes, step by
 step, what the best copy could have accepted with the same number of draft nodes
-(:func:`~ngram_trie_rag.oracle.same_size_bounds`): how well the nodes were chosen,
+(:func:`~ngram_trie_rag.drafting.oracle.same_size_bounds`): how well the nodes were chosen,
 apart from how many.
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from ..drafting.oracle import oracle_accept_length, same_size_bounds
 from ..generator import SpeculativeGenerator
-from ..oracle import oracle_accept_length, same_size_bounds
 from .config import REFERENCE, BenchConfig, RunConfig
 from .data import BenchItem, load_items
 from .meta import command_line, environment

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 
 from tqdm.auto import tqdm
 
+from ..drafting.oracle import oracle_accept_length, replay_accept_lengths
 from ..generator import SpeculativeGenerator
-from ..oracle import oracle_accept_length, replay_accept_lengths
-from ..proposers import PROPOSERS
 from .config import SweepConfig
 from .data import load_items
 from .meta import command_line, environment
@@ -39,10 +38,8 @@ def replay_cell(gen: SpeculativeGenerator, prompt_ids: list[int],
     """Accept lengths ``gen`` (with its n, L_p, num_draft) would get producing ``answer``,
     with the draft depth capped by ``max_new_tokens`` exactly as the generator caps it;
     ``drafted`` receives each step's draft size."""
-    trie = gen.build_trie(prompt_ids, doc_ids)
-    cfg = gen.config
-    return replay_accept_lengths(PROPOSERS[method], trie, prompt_ids, list(answer),
-                                 cfg.num_draft, cfg.prefix_len, max_new_tokens, drafted)
+    drafter = gen.drafter(prompt_ids, doc_ids, method, num_draft=gen.config.num_draft)
+    return replay_accept_lengths(drafter, list(answer), max_new_tokens, drafted)
 
 
 def run_sweep(cfg: SweepConfig, generator: SpeculativeGenerator | None = None,

@@ -20,23 +20,31 @@ after 1,000 cached tokens against 0.14 ms packed (a 64 ms forward becomes about
 (:func:`sdpa_packed_gqa`) is a measured choice: the latency curve times a plain step
 both ways and the generator packs only where that measured faster.
 
-Only the generator's own forwards switch (:func:`masked_gqa`); the model's configured
-attention is restored after each, so anything else running the same model -- Hugging
-Face ``generate``, prompt lookup -- runs exactly as shipped.
+Only the generator's own forwards switch. :func:`install` (called when a generator is
+built over a model whose modules it runs) registers one attention function and points
+the model at it once; that function is Transformers' SDPA unchanged unless the forward
+runs inside :func:`masked_gqa` in the same thread or task (a ContextVar), so anything
+else running the same model -- Hugging Face ``generate``, prompt lookup, another
+thread -- runs exactly as shipped, and no forward mutates the model.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-NAME = "ngram_trie_rag_sdpa"  # masked GQA packed
-NAME_SINGLE = "ngram_trie_rag_sdpa_single"  # and single unmasked queries packed too
+NAME = "ngram_trie_rag_sdpa"  # SDPA, packed where masked_gqa is active
+_PACKING: ContextVar[str | None] = ContextVar("ngram_trie_rag_gqa", default=None)
+_INSTALL = threading.Lock()
+_INSTALLED: weakref.WeakSet = weakref.WeakSet()  # models install() has set up
 
 
 def sdpa_masked_gqa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -102,32 +110,52 @@ def tiled_mask(mask: torch.Tensor, groups: int) -> torch.Tensor:
     return tiled
 
 
-AttentionInterface.register(NAME, sdpa_masked_gqa)
-AttentionInterface.register(NAME_SINGLE, sdpa_packed_gqa)
-AttentionMaskInterface.register(NAME, sdpa_mask)  # masks the model builds: as for SDPA
-AttentionMaskInterface.register(NAME_SINGLE, sdpa_mask)
+def _gated(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+           value: torch.Tensor, attention_mask: torch.Tensor | None,
+           **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The attention :func:`install` registers: stock SDPA, packed inside
+    :func:`masked_gqa` ("masked": masked GQA; "single": single queries too)."""
+    mode = _PACKING.get()
+    if mode is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    fn = sdpa_packed_gqa if mode == "single" else sdpa_masked_gqa
+    return fn(module, query, key, value, attention_mask, **kwargs)
 
 
 def applies(model: torch.nn.Module) -> bool:
     """True for a model on a CPU using SDPA with fewer KV heads than query heads."""
     cfg = getattr(model, "config", None)
-    if cfg is None or getattr(cfg, "_attn_implementation", None) != "sdpa":
+    if cfg is None or getattr(cfg, "_attn_implementation", None) not in ("sdpa", NAME):
         return False
     heads = getattr(cfg, "num_attention_heads", None)
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     return model.device.type == "cpu" and heads is not None and kv_heads < heads
 
 
+def install(model: torch.nn.Module) -> None:
+    """Point an :func:`applies` model's attention at the gated SDPA function. Idempotent;
+    its masks are built as for SDPA and, outside :func:`masked_gqa`, every attention
+    call is Transformers' SDPA function itself."""
+    with _INSTALL:
+        AttentionInterface.register(NAME, _gated)
+        AttentionMaskInterface.register(NAME, sdpa_mask)
+        model.config._attn_implementation = NAME
+        _INSTALLED.add(model)
+
+
+def installed(model: torch.nn.Module) -> bool:
+    return model in _INSTALLED
+
+
 @contextmanager
-def masked_gqa(model: torch.nn.Module, enabled: bool, single: bool = False) -> Iterator[None]:
-    """Run the forwards inside with :func:`sdpa_masked_gqa` when ``enabled`` (with
-    :func:`sdpa_packed_gqa` when ``single`` too)."""
+def masked_gqa(enabled: bool, single: bool = False) -> Iterator[None]:
+    """Forwards inside, in this thread or task, run :func:`sdpa_masked_gqa` when
+    ``enabled`` (:func:`sdpa_packed_gqa` when ``single`` too) on installed models."""
     if not enabled:
         yield
         return
-    cfg = model.config
-    cfg._attn_implementation = NAME_SINGLE if single else NAME
+    token = _PACKING.set("single" if single else "masked")
     try:
         yield
     finally:
-        cfg._attn_implementation = "sdpa"
+        _PACKING.reset(token)

@@ -73,8 +73,8 @@ class Session:
     """A loaded model and retriever, answering questions one by one."""
 
     def __init__(self, args: argparse.Namespace, docs: list[str]) -> None:
-        from .generator import SpeculativeGenerator
-        from .retrieval import LLMReranker, load_or_build
+        from ..generator import SpeculativeGenerator
+        from ..retrieval import LLMReranker, load_or_build
 
         self.args = args
         for d in docs:
@@ -93,7 +93,7 @@ class Session:
             self.retriever.reranker = LLMReranker(self.gen.model, self.gen.tokenizer)
 
     def answer(self, question: str) -> dict:
-        from .prompts import rag_messages
+        from ..prompts import rag_messages
 
         passages = self.retriever.retrieve(question)
         texts = [p.text for p in passages]
@@ -135,8 +135,8 @@ def _deltas(stream, echo: bool) -> Iterator[str]:
 
 
 def _guarded(action) -> int:
-    from .loading import ModelNotFoundError
-    from .retrieval import RetrievalError
+    from ..loading import ModelNotFoundError
+    from ..retrieval import RetrievalError
 
     try:
         return action()

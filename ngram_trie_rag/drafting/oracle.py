@@ -9,7 +9,7 @@ bonus token. Two uses:
   taking at each step the best continuation after *any* earlier occurrence of the last
   token in prompt + answer so far; with ``max_draft=K``, the ceiling for one that
   verifies at most K nodes per step.
-- ``replay_accept_length``: what a given proposer would get (for tuning n, L_p and
+- ``replay_accept_lengths``: what a given drafter would get (for tuning n, L_p and
   num_draft without running the model).
 """
 
@@ -19,8 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .proposers import Proposer
-from .trie import NGramTrie
+from .drafter import Drafter
 
 
 def oracle_accept_lengths(prompt: Sequence[int], answer: Sequence[int],
@@ -103,42 +102,27 @@ def oracle_accept_length(prompt: Sequence[int], answer: Sequence[int],
     return sum(steps) / len(steps) if steps else 0.0
 
 
-def replay_accept_lengths(
-    propose: Proposer,
-    trie: NGramTrie,
-    prompt: Sequence[int],
-    answer: Sequence[int],
-    num_draft: int,
-    prefix_len: int,
-    max_new_tokens: int | None = None,
-    drafted: list[int] | None = None,
-) -> list[int]:
-    """Accept length of every step a proposer would take to produce ``answer``.
+def replay_accept_lengths(drafter: Drafter, answer: Sequence[int],
+                          max_new_tokens: int | None = None,
+                          drafted: list[int] | None = None) -> list[int]:
+    """Accept length of every step ``drafter`` would take to produce ``answer``.
 
-    ``trie`` holds the draft sources; the answer is appended as it is "generated",
-    exactly as the generator does. The first token comes from prefill (not a step).
-    Draft depth is capped like the generator's: ``max_new_tokens - produced - 1``.
-    ``drafted``, when given, receives each step's number of draft nodes (its cost).
+    The drafter is driven exactly as the generator drives it (``propose`` with the
+    same depth cap, ``max_new_tokens - produced - 1``, then ``update`` with what the
+    step emitted); only the verification is replaced by a walk along the known answer.
+    The first token comes from prefill (not a step). ``drafted``, when given, receives
+    each step's number of draft nodes (its cost).
     """
     limit = max_new_tokens if max_new_tokens is not None else len(answer)
-    history = list(prompt) + [answer[0]]
-    trie.extend([answer[0]])
+    drafter.update([answer[0]])
     t, out = 1, []
     while t < len(answer):
-        tree = propose(trie, history[-prefix_len:], num_draft, limit - t - 1)
+        tree = drafter.propose(limit - t - 1)
         if drafted is not None:
             drafted.append(len(tree))
-        # Walk the tree along the true continuation.
-        children = tree.children()
-        row, accepted = 0, 0
-        while t + accepted < len(answer):
-            nxt = children[row].get(answer[t + accepted])
-            if nxt is None:
-                break
-            row, accepted = nxt + 1, accepted + 1
-        step = min(accepted + 1, len(answer) - t)
+        path = tree.path_nodes(list(answer[t:]))  # the walk along the true continuation
+        step = min(len(path) + 1, len(answer) - t)
         out.append(step)
-        history.extend(answer[t : t + step])
-        trie.extend(answer[t : t + step])
+        drafter.update(answer[t : t + step])
         t += step
     return out

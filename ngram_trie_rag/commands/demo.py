@@ -24,9 +24,9 @@ def sample_docs_dir() -> Path:
 
 def run_demo(question: str = DEFAULT_QUESTION, max_new_tokens: int = 128,
              dtype: str | None = None, top_n: int = 3) -> int:
-    from .generator import SpeculativeGenerator
-    from .prompts import rag_messages
-    from .retrieval import Retriever
+    from ..generator import SpeculativeGenerator
+    from ..prompts import rag_messages
+    from ..retrieval import Retriever
 
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     say("Loading the packaged model (SmolLM2-135M-Instruct) ...")

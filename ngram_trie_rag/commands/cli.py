@@ -24,9 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-new-tokens", type=int, default=128)
     demo.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
     demo.set_defaults(func=_demo)
+    from ..bench.cli import add_parser as add_bench
+    from ..retrieval.cli import add_parser as add_index
     from .ask import add_parser as add_ask
-    from .bench.cli import add_parser as add_bench
-    from .retrieval.cli import add_parser as add_index
 
     add_ask(sub)
     add_index(sub)

@@ -1,9 +1,10 @@
-"""One loaded model per (path, device, dtype), shared by every LangChain object in the process.
+"""One loaded model per (path, device, dtype), shared by every caller in the process.
 
-LangChain copies model objects freely (``bind``, ``with_config``, one per chain or test), and
-loading weights costs seconds and hundreds of MB, so weights are loaded on first use, once,
-under a lock, and constructing a model object stays cheap. Generators that only differ in
-trie shape (``n``, ``prefix_len``) share the same weights.
+Framework objects are copied freely (LangChain's ``bind`` and ``with_config``, LlamaIndex's
+engines each building their own LLM), and loading weights costs seconds and hundreds of
+MB, so weights are loaded on first use, once, under a lock. Generators that differ only in
+trie shape (``n``, ``prefix_len``) share the weights, the tokenizer, the latency curve and
+the model's lock: requests for one model queue on one lock whatever their trie shape.
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.loading import default_device, resolve_dtype
+from .generator import SpeculativeGenerator
+from .loading import default_device, resolve_dtype
 
 _LOCK = threading.Lock()
 _BASE: dict[tuple[str | None, str, str], SpeculativeGenerator] = {}
 _SHAPED: dict[tuple[str | None, str, str, int, int], SpeculativeGenerator] = {}
 
 
-def _resolve(model: str | None, device: str | None, dtype: str | None):
+def _key(model: str | None, device: str | None, dtype: str | None):
     """(absolute path or None, torch device, torch dtype): equal settings, equal key."""
     import torch
 
@@ -36,9 +37,9 @@ def shared_generator(model: str | None = None, *, device: str | None = None,
     Args:
         model: a local Hugging Face causal-LM folder; ``None`` is the packaged default.
         device, dtype: as in ``SpeculativeGenerator.from_pretrained`` (``None`` = defaults).
-        n, prefix_len: the trie's window and maximum matched prefix (paper: 13 and 3).
+        n, prefix_len: the trie's window and longest matched prefix L_p (paper: 13, 3).
     """
-    path, where, precision = _resolve(model, device, dtype)
+    path, where, precision = _key(model, device, dtype)
     key = (path, str(where), str(precision))
     with _LOCK:
         shaped = _SHAPED.get((*key, n, prefix_len))
@@ -51,7 +52,6 @@ def shared_generator(model: str | None = None, *, device: str | None = None,
         if (base.config.n, base.config.prefix_len) == (n, prefix_len):
             shaped = base
         else:
-            shaped = SpeculativeGenerator(base.model, base.tokenizer, name=base.model_name,
-                                          n=n, prefix_len=prefix_len)
+            shaped = base.reshaped(n=n, prefix_len=prefix_len)
         _SHAPED[(*key, n, prefix_len)] = shaped
         return shaped

@@ -129,6 +129,19 @@ class NGramTrie:
         k = int(agree.max())
         return k, ends[agree == k]
 
+    def latest_continuation(self, tail: Sequence[int] | np.ndarray,
+                            length: int) -> tuple[int, np.ndarray]:
+        """``(k, tokens)``: the up to ``length`` tokens that followed the most recent
+        occurrence of the longest match ``tail[-k:]``, stopping at its document's end
+        (prompt lookup's draft). ``k == 0``: no match (or no room), no tokens."""
+        k, ends = self.match(tail)
+        if k == 0 or length < 1:
+            return 0, np.zeros(0, dtype=np.int64)
+        end = int(ends.max())
+        cont = self._buf[end + 1 : end + 1 + length]
+        stop = np.flatnonzero(cont == SEP)
+        return k, cont[: stop[0]] if stop.size else cont.copy()
+
     def _occurrences(self, tail: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(ends, agree)``: every position holding ``tail[-1]`` with a following token
         in its document, and how many of the last L_p tokens agree there (1..L_p)."""

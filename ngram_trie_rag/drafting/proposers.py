@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from .draft_tree import DraftTree
-from .trie import SEP, NGramTrie
+from .trie import NGramTrie
 
 Proposer = Callable[[NGramTrie, Sequence[int], int, int], DraftTree]
 
@@ -36,16 +34,8 @@ def propose_chain(trie: NGramTrie, tail: Sequence[int], num_draft: int,
     Example: context ``a b c d a b`` with tail ``a b`` drafts ``c d a b``
     (up to ``min(num_draft, max_depth)`` tokens, stopping at the document's end).
     """
-    k, ends = trie.match(tail)
-    length = min(num_draft, max_depth)
-    if k == 0 or length < 1:
-        return DraftTree.empty()
-    end = int(ends.max())
-    cont = trie._buf[end + 1 : end + 1 + length]
-    stop = np.flatnonzero(cont == SEP)
-    if stop.size:
-        cont = cont[: stop[0]]
-    return DraftTree.chain(cont, match_len=k)
+    k, cont = trie.latest_continuation(tail, min(num_draft, max_depth))
+    return DraftTree.chain(cont, match_len=k) if k else DraftTree.empty()
 
 
 def propose_none(trie: NGramTrie, tail: Sequence[int], num_draft: int,

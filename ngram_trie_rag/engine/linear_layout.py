@@ -12,10 +12,13 @@ bf16 on the same CPU shows no such gap (oneDNN takes those products).
 
 Whether and for which forward sizes the transposed layout wins is a property of the
 hardware, the BLAS and the dtype, so it is measured, not assumed: the latency curve
-(:func:`ngram_trie_rag.latency.latency_curve`) times each forward size both ways and
+(:func:`ngram_trie_rag.engine.latency.latency_curve`) times each forward size both ways and
 the generator runs each of its forwards in the faster layout (:func:`transposed`).
-Only the generator's own forwards switch; the model's modules are restored after
-each, so ``generate`` and anything else sharing the model runs exactly as shipped.
+Only the generator's own forwards switch: :func:`install` (called when a generator is
+built over a model whose modules it runs) gives each plain linear layer a forward that
+is ``F.linear`` itself, as ``nn.Linear`` computes it, unless the call runs inside
+:func:`transposed` in the same thread or task (a ContextVar). So ``generate`` and
+anything else sharing the model runs exactly as shipped, and no forward mutates it.
 
 A third layout, *prepacked*, hands the products to oneDNN over copies of the weights
 in its blocked format (:func:`prepacked`). In bf16 on the same CPU the default model's
@@ -24,7 +27,7 @@ in its blocked format (:func:`prepacked`). In bf16 on the same CPU the default m
 for larger trees. It costs a copy of every linear weight (270 MB for the default model
 in bf16), so it is offered only where that copy fits in a quarter of the free memory
 (:func:`prepack_applies`), and only to the Llama step
-(:mod:`ngram_trie_rag.llama_step`), which keeps the copies and re-packs when a weight
+(:mod:`ngram_trie_rag.engine.llama_step`), which keeps the copies and re-packs when a weight
 changes in place.
 
 The layouts sum the same products in different orders, so logits differ in the last
@@ -35,15 +38,21 @@ bits (as batched and one-token forwards already do); greedy equality with
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 
 Layout = Literal["stock", "transposed", "prepacked"]
 _LINEARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TRANSPOSED: ContextVar[bool] = ContextVar("ngram_trie_rag_transposed", default=False)
+_INSTALL = threading.Lock()
+_INSTALLED: weakref.WeakSet = weakref.WeakSet()  # models install() has set up
 
 
 def linear_transposed(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -108,17 +117,35 @@ def _linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
     return found
 
 
+def _gated_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``nn.Linear.forward``, or :func:`linear_transposed` inside :func:`transposed`."""
+    if _TRANSPOSED.get():
+        return linear_transposed(self, x)
+    return F.linear(x, self.weight, self.bias)
+
+
+def install(model: torch.nn.Module) -> None:
+    """Give the model's plain linear layers the gated forward. Idempotent."""
+    with _INSTALL:
+        for layer in _linears(model):
+            if "forward" not in layer.__dict__:
+                layer.forward = _gated_forward.__get__(layer)
+        _INSTALLED.add(model)
+
+
+def installed(model: torch.nn.Module) -> bool:
+    return model in _INSTALLED
+
+
 @contextmanager
-def transposed(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
-    """Run the forwards inside with every plain linear layer as :func:`linear_transposed`."""
+def transposed(enabled: bool) -> Iterator[None]:
+    """Installed linear layers called inside, in this thread or task, compute
+    :func:`linear_transposed` when ``enabled``."""
     if not enabled:
         yield
         return
-    layers = _linears(model)
-    for layer in layers:
-        layer.forward = linear_transposed.__get__(layer)
+    token = _TRANSPOSED.set(True)
     try:
         yield
     finally:
-        for layer in layers:
-            layer.__dict__.pop("forward", None)
+        _TRANSPOSED.reset(token)

@@ -1,14 +1,14 @@
 """The model's latency curve: seconds per verification forward of ``q`` new tokens.
 
-The draft budget (:mod:`ngram_trie_rag.budget`) needs ``t(q)`` to trade accepted length
+The draft budget (:mod:`ngram_trie_rag.drafting.budget`) needs ``t(q)`` to trade accepted length
 against cost, and the generator needs to know, per forward size, which linear layout
-(:mod:`ngram_trie_rag.linear_layout`) and which single-query attention
-(:mod:`ngram_trie_rag.gqa_attention`) is fastest on this host. Both are measured here,
+(:mod:`ngram_trie_rag.engine.linear_layout`) and which single-query attention
+(:mod:`ngram_trie_rag.engine.gqa_attention`) is fastest on this host. Both are measured here,
 by timing forwards exactly as verification runs them: a plain step unmasked, a draft
 (a chain) with its tree mask, after ``past_len`` cached tokens.
 
 Measuring takes fifteen to twenty-five seconds for the default model on two cores, so
-a curve is kept on disk (:mod:`ngram_trie_rag.latency_store`) and re-used only after
+a curve is kept (:mod:`ngram_trie_rag.engine.curve_cache`) and re-used only after
 :func:`curve_holds` has re-timed a few forwards and found them where the curve says.
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..drafting.draft_tree import DraftTree
 from . import linear_layout
-from .draft_tree import DraftTree
 from .linear_layout import Layout, prepack_applies
 from .llama_step import LlamaStep
 
@@ -43,8 +43,8 @@ CHECK_TOLERANCE = 0.3
 @dataclass(frozen=True)
 class LatencyCurve:
     """Measured forward costs: seconds per forward of ``q`` new tokens, each in the
-    fastest linear-layer layout (see :mod:`ngram_trie_rag.linear_layout`), and whether
-    a plain step's attention runs packed (see :mod:`ngram_trie_rag.gqa_attention`)."""
+    fastest linear-layer layout (see :mod:`ngram_trie_rag.engine.linear_layout`), and whether
+    a plain step's attention runs packed (see :mod:`ngram_trie_rag.engine.gqa_attention`)."""
 
     seconds: dict[int, float]  # q -> seconds, the chosen variant's
     layouts: dict[int, Layout] = field(default_factory=dict)  # q -> layout; absent: stock
@@ -138,7 +138,7 @@ def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = 
     On a CPU each linear layout that applies is timed (transposed up to
     ``MAX_TRANSPOSED`` tokens), and for a plain step with ``packed_gqa`` both
     attentions. ``step``: the generator's Llama step, timed instead of the modules when
-    it runs one (see :mod:`ngram_trie_rag.forward`). A variant other than the stock one
+    it runs one (see :mod:`ngram_trie_rag.engine.forward`). A variant other than the stock one
     must be faster by ``LAYOUT_MARGIN``.
     """
     layouts: list[Layout] = ["stock"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .draft_tree import DraftTree
+from ..drafting.draft_tree import DraftTree
 
 
 def ancestor_matrix(tree: DraftTree) -> np.ndarray:

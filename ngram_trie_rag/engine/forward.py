@@ -1,10 +1,11 @@
 """One forward of the generator's: a plain step or a tree verification.
 
-Where :mod:`ngram_trie_rag.llama_step` applies it runs the step; otherwise the model's
-modules run, with the measured attention (:mod:`ngram_trie_rag.gqa_attention`) and
-linear layout (:mod:`ngram_trie_rag.linear_layout`) switched in for this forward
-only. The generator and the latency curve both call this, so the curve times exactly
-what the generator runs.
+Where :mod:`~ngram_trie_rag.engine.llama_step` applies it runs the step; otherwise the
+model's modules run, with the measured attention
+(:mod:`~ngram_trie_rag.engine.gqa_attention`) and linear layout
+(:mod:`~ngram_trie_rag.engine.linear_layout`) switched in for this forward only (both
+installed once, when the engine is built). The engine and the latency curve both call
+this, so the curve times exactly what the generator runs.
 """
 
 from __future__ import annotations
@@ -28,8 +29,12 @@ def forward(model: torch.nn.Module, step: LlamaStep | None, input_ids: torch.Ten
         return step(input_ids, position_ids, mask, cache, layout, packed)
     if layout == "prepacked":
         raise ValueError("the prepacked layout runs in the Llama step only")
-    with (gqa_attention.masked_gqa(model, packed, single=mask is None),
-          linear_layout.transposed(model, layout == "transposed")):
+    if packed and not gqa_attention.installed(model):
+        raise ValueError("packed GQA needs gqa_attention.install(model) first")
+    if layout == "transposed" and not linear_layout.installed(model):
+        raise ValueError("the transposed layout needs linear_layout.install(model) first")
+    with (gqa_attention.masked_gqa(packed, single=mask is None),
+          linear_layout.transposed(layout == "transposed")):
         out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
                     **cache_kwargs(model, cache), use_cache=True)
     return out.logits[0]

@@ -1,0 +1,146 @@
+"""The engine: one model's forwards as the decode loop runs them.
+
+Prefill, then per step one verification forward over ``[last] + tree`` (a plain step
+when the tree is empty) and the KV cache compacted to the accepted path. Which code
+runs a forward -- the direct Llama step or the modules, the linear layout, packed GQA
+attention -- is decided here, from the model's structure and its measured latency
+curve, and nowhere else; the decode loop sees only :meth:`prefill`, :meth:`prepare`,
+:meth:`run` and :meth:`commit`.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..drafting.draft_tree import DraftTree
+from . import gqa_attention, linear_layout, llama_step
+from .curve_cache import curve_for
+from .forward import forward
+from .kv_cache import cache_kwargs, compact, new_cache
+from .latency import LatencyCurve
+from .linear_layout import Layout
+from .tree_attention import tree_inputs
+
+
+@dataclass
+class KV:
+    """One request's KV cache. Invariant: ``cache`` holds exactly ``length`` positions,
+    the committed sequence except its newest token (fed by the next forward)."""
+
+    cache: Any
+    length: int
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """One verification forward's inputs: ids (1, Q), positions (1, Q), mask (None for
+    a plain step), and the variant it runs in."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    mask: torch.Tensor | dict[str, torch.Tensor] | None
+    layout: Layout
+    packed: bool
+    drafted: int  # N, draft nodes in the forward (Q = 1 + N)
+
+
+class Engine:
+    """Forwards of one model, shared by every generator over it.
+
+    Building one sets the model up for the variants it may run (idempotent, see
+    :func:`~ngram_trie_rag.engine.gqa_attention.install` and
+    :func:`~ngram_trie_rag.engine.linear_layout.install`); nothing happens on import.
+    ``lock``: the model's generation lock, held while the latency curve is measured.
+    ``direct_step=False`` runs the modules even where the Llama step applies, and
+    ``curve`` pins the latency curve instead of measuring it (tests of each variant).
+    """
+
+    def __init__(self, model: torch.nn.Module, lock: threading.Lock | None = None, *,
+                 direct_step: bool = True, curve: LatencyCurve | None = None) -> None:
+        self.model = model
+        self.lock = lock or threading.Lock()
+        self.sliding_window = _sliding_window(model.config)
+        self.packed_gqa = gqa_attention.applies(model)  # CPU + SDPA + GQA: no repeat_kv
+        # Steps without module dispatch where the structure allows; None: the modules.
+        direct = direct_step and llama_step.applies(model)
+        self.step = llama_step.for_model(model) if direct else None
+        if self.step is None:  # the modules run: switch their variants per forward
+            if self.packed_gqa:
+                gqa_attention.install(model)
+            if linear_layout.applies(model):
+                linear_layout.install(model)
+        self._curve = curve
+
+    @property
+    def curve(self) -> LatencyCurve:
+        """The model's latency curve (see :mod:`ngram_trie_rag.engine.curve_cache`)."""
+        if self._curve is None:
+            self._curve = curve_for(self.model, step=self.step, packed_gqa=self.packed_gqa,
+                                    sliding_window=self.sliding_window, lock=self.lock)
+        return self._curve
+
+    def prefill(self, ids: list[int]) -> tuple[KV, torch.Tensor]:
+        """Cache the prompt: its KV and the logits (V,) after its last token."""
+        kv = KV(new_cache(), len(ids))
+        out = self.model(input_ids=torch.tensor([ids], device=self.model.device),
+                         **cache_kwargs(self.model, kv.cache), use_cache=True,
+                         logits_to_keep=1)
+        return kv, out.logits[0, -1]
+
+    def prepare(self, kv: KV, last: int, tree: DraftTree) -> StepInputs:
+        """Inputs of the forward verifying ``tree`` below ``last``: node i at position
+        ``kv.length + depth_i``, seeing the prefix and its own ancestors only."""
+        device = self.model.device
+        ids = torch.tensor([[last, *tree.tokens.tolist()]], device=device)
+        if len(tree):
+            pos, mask = tree_inputs(tree, kv.length, device, self.model.dtype,
+                                    self.sliding_window)
+        else:
+            pos, mask = torch.tensor([[kv.length]], device=device), None
+        q = 1 + len(tree)
+        return StepInputs(ids, pos, mask, self.curve.layout(q),
+                          self.curve.packed(q, self.packed_gqa), len(tree))
+
+    def run(self, kv: KV, inputs: StepInputs) -> torch.Tensor:
+        """Logits (Q, V) of one prepared forward; its Q keys/values join the cache."""
+        return forward(self.model, self.step, inputs.ids, inputs.positions, inputs.mask,
+                       kv.cache, inputs.layout, inputs.packed)
+
+    def commit(self, kv: KV, inputs: StepInputs, path: list[int]) -> None:
+        """Keep the forward's rows of ``last`` and the accepted ``path`` (query rows,
+        1-based), drop the rejected branches."""
+        if inputs.drafted:
+            compact(kv.cache, kv.length, [0, *path])
+        kv.length += 1 + len(path)
+
+
+_ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ENGINES_GUARD = threading.Lock()
+
+
+def engine_for(model: torch.nn.Module) -> Engine:
+    """The one engine of ``model``: every generator over the same model object shares
+    its lock (they share weights and compute) and its latency curve.
+
+    The lock is a plain Lock, not an RLock: a stream may be advanced from different
+    threads (e.g. ``asyncio.to_thread`` per chunk), and only a Lock can be released by
+    another thread.
+    """
+    with _ENGINES_GUARD:
+        engine = _ENGINES.get(model)
+        if engine is None:
+            engine = _ENGINES[model] = Engine(model, threading.Lock())
+        return engine
+
+
+def _sliding_window(config) -> int | None:
+    """The window of sliding-attention layers for hybrid models (e.g. Gemma 3)."""
+    layer_types = getattr(config, "layer_types", None) or ()
+    if "sliding_attention" in layer_types:
+        return int(config.sliding_window)
+    return None

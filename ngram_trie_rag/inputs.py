@@ -1,0 +1,108 @@
+"""Prompts and documents as token ids, checked, one tokenizer call at a time.
+
+Fast tokenizers are not re-entrant ("Already borrowed" when two threads share one), and
+every generator over a model shares its tokenizer, so encoding takes one lock per
+tokenizer object (:func:`tokenizer_lock`): callers need no lock of their own.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
+Document = str | Sequence[int]
+
+_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def tokenizer_lock(tokenizer: Any) -> threading.Lock:
+    """The lock serialising calls into ``tokenizer`` (one per tokenizer object)."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(tokenizer)
+        if lock is None:
+            lock = _LOCKS[tokenizer] = threading.Lock()
+        return lock
+
+
+def unique_documents(documents: Sequence[Any], key=lambda d: d) -> list[Any]:
+    """Documents without repeats (first occurrences, in order): a copy of a document
+    only doubles its n-gram counts. ``key`` gives the compared content."""
+    seen: set[Hashable] = set()
+    out = []
+    for doc in documents:
+        k = key(doc)
+        k = k if isinstance(k, str) else tuple(k)
+        if k not in seen:
+            seen.add(k)
+            out.append(doc)
+    return out
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt, vocab_size: int,
+                  model_name: str = "model") -> list[int]:
+    """Prompt -> token ids: a string as-is, chat messages via the chat template, token ids
+    checked against the vocabulary."""
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError("prompt is empty")
+        with tokenizer_lock(tokenizer):
+            return list(tokenizer(valid_text(prompt, "prompt"))["input_ids"])
+    items = list(prompt)
+    if not items:
+        raise ValueError("prompt is empty")
+    if all(isinstance(m, dict) for m in items):
+        return _apply_chat_template(tokenizer, items, model_name)
+    if all(isinstance(t, int) and not isinstance(t, bool) for t in items):
+        bad = [t for t in items if not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids out of range [0, {vocab_size}): {bad[:5]}")
+        return items
+    raise TypeError("prompt must be a string, a list of chat messages, or a list of token ids")
+
+
+def _apply_chat_template(tokenizer: Any, messages: list[dict[str, Any]],
+                         model_name: str) -> list[int]:
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"{model_name} has no chat template; pass a string prompt")
+    for m in messages:
+        if "role" not in m or "content" not in m:
+            raise ValueError(f"chat messages need 'role' and 'content', got keys {sorted(m)}")
+        if isinstance(m["content"], str):
+            valid_text(m["content"], "a chat message")
+    with tokenizer_lock(tokenizer):
+        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    ids = out["input_ids"] if hasattr(out, "keys") else out
+    return list(ids)
+
+
+def encode_documents(tokenizer: Any, documents: Sequence[Document]) -> list[list[int]]:
+    """Documents -> token ids, repeats dropped. Documents are only drafted from, never
+    fed to the model, so any length is accepted (the trie's token bound applies)."""
+    if isinstance(documents, str):
+        raise TypeError("documents must be a list of strings or token-id lists, not a string")
+    texts = [d for d in documents if isinstance(d, str)]
+    for i, d in enumerate(documents):
+        if isinstance(d, str) and not d.strip():
+            raise ValueError(f"document {i} is empty or whitespace")
+        if isinstance(d, str):
+            valid_text(d, f"document {i}")
+        if not isinstance(d, str) and len(d) == 0:
+            raise ValueError(f"document {i} has no tokens")
+    with tokenizer_lock(tokenizer):
+        encoded = iter(tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+    ids = [list(next(encoded)) if isinstance(d, str) else list(d) for d in documents]
+    return unique_documents(ids)
+
+
+def valid_text(text: str, what: str) -> str:
+    """Reject strings that cannot be encoded (lone surrogates) with a clear message."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid Unicode text ({exc.reason} at character "
+                         f"{exc.start})") from None
+    return text
