@@ -29,9 +29,9 @@ class ModelNotFoundError(FileNotFoundError):
 def offline() -> None:
     """Turn on Hugging Face's offline switches for this process, unless the user set them.
 
-    Every load here is from a local folder and passes ``local_files_only``; the switches
-    also keep whatever else the process loads through the hub libraries from reaching
-    for the network. Called by :func:`load_model` (not on import); idempotent.
+    Every load here is from a local folder and passes ``local_files_only``, which is
+    what guarantees no download; the switches also tell hub libraries imported after
+    this call. Called by the model and embedder loaders (not on import); idempotent.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

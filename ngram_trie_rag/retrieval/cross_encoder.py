@@ -48,9 +48,13 @@ class CrossEncoderReranker(BaseReranker):
         if self._model is None:
             from sentence_transformers import CrossEncoder
 
+            from ..loading import offline
+
+            offline()  # a name must already be in the local Hugging Face cache
             try:
                 self._model = CrossEncoder(
-                    self.name, device=self.device or default_device(), max_length=self.max_length
+                    self.name, device=self.device or default_device(), max_length=self.max_length,
+                    local_files_only=True,
                 )
             except (OSError, ValueError) as exc:
                 raise ModelLoadError(

@@ -85,9 +85,13 @@ class Embedder:
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
+            from ..loading import offline
+
+            offline()  # a name must already be in the local Hugging Face cache
             try:
                 self._model = SentenceTransformer(
-                    self._load_from, device=self.device or default_device()
+                    self._load_from, device=self.device or default_device(),
+                    local_files_only=True,
                 )
             except (OSError, ValueError) as exc:
                 raise ModelLoadError(
