@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..loading import ModelNotFoundError
 from .config import METHODS, TREE_METHODS, BenchConfig, SweepConfig
@@ -126,39 +127,40 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    try:
-        cfg = bench_config(args)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    try:
-        results = run_benchmark(cfg, progress=not args.no_progress)
-    except INPUT_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    path = write_json(results, args.out)
-    print(bench_table(results))
-    print(f"results: {path}")
-    if args.plot:
-        for png in write_plots(results, args.plot):
-            print(f"chart: {png}")
-    return 0
+    def report(results: dict) -> None:
+        path = write_json(results, args.out)  # saved before anything is printed
+        print(bench_table(results))
+        print(f"results: {path}")
+        if args.plot:
+            for png in write_plots(results, args.plot):
+                print(f"chart: {png}")
+
+    return _run(lambda: bench_config(args), run_benchmark, report, args)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    def report(doc: dict) -> None:
+        path = write_json(doc, args.out)
+        print(sweep_tables(doc))
+        print(f"results: {path}")
+
+    return _run(lambda: sweep_config(args), run_sweep, report, args)
+
+
+def _run(config: Callable[[], Any], run: Callable[..., dict], report: Callable[[dict], None],
+         args: argparse.Namespace) -> int:
+    """Flags -> config -> run -> report; a mistake in the input is one line and exit 2."""
     try:
-        cfg = sweep_config(args)
+        cfg = config()
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        doc = run_sweep(cfg, progress=not args.no_progress)
+        results = run(cfg, progress=not args.no_progress)
     except INPUT_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    path = write_json(doc, args.out)
-    print(sweep_tables(doc))
-    print(f"results: {path}")
+    report(results)
     return 0
 
 
