@@ -36,8 +36,10 @@ def shared_generator(model: str | None = None, *, device: str | None = None,
 
     Args:
         model: a local Hugging Face causal-LM folder; ``None`` is the packaged default.
-        device, dtype: as in ``SpeculativeGenerator.from_pretrained`` (``None`` = defaults).
-        n, prefix_len: the trie's window and longest matched prefix L_p (paper: 13, 3).
+        device: as in ``SpeculativeGenerator.from_pretrained`` (``None``: CUDA if any).
+        dtype: likewise (``None``: fp32 on CPU, bf16 on CUDA).
+        n: the trie's window (paper: 13).
+        prefix_len: the longest matched prefix L_p (paper: 3).
     """
     path, where, precision = _key(model, device, dtype)
     key = (path, str(where), str(precision))

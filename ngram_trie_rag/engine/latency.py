@@ -142,7 +142,8 @@ def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = 
     must be faster by ``LAYOUT_MARGIN``.
     """
     layouts: list[Layout] = ["stock"]
-    if linear_layout.applies(model):
+    # the step computes the transposed layout itself; the modules only once installed
+    if linear_layout.applies(model) and (step is not None or linear_layout.installed(model)):
         layouts.append("transposed")
     if step is not None and prepack_applies(model):
         layouts.append("prepacked")

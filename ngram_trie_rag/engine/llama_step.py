@@ -42,7 +42,9 @@ def applies(model: torch.nn.Module) -> bool:
     cfg = getattr(model, "config", None)
     if (cfg is None or type(model).__name__ != "LlamaForCausalLM" or model.training
             or model.device.type != "cpu"
-            or getattr(cfg, "_attn_implementation", None) != "sdpa"
+            # SDPA, or the gated SDPA of gqa_attention.install (an Engine over the
+            # modules): the step runs attention itself either way
+            or getattr(cfg, "_attn_implementation", None) not in ("sdpa", gqa_attention.NAME)
             or getattr(cfg, "hidden_act", None) != "silu"
             or getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False)
             or getattr(cfg, "pretraining_tp", 1) != 1):
