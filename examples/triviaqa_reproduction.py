@@ -29,7 +29,6 @@ DPR's TSV (``id, text, title``) or JSON lines with ``contents`` ("title\\ntext")
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import re
 import string
@@ -51,6 +50,7 @@ from ngram_trie_rag.retrieval import (
     VectorIndex,
 )
 from ngram_trie_rag.retrieval.corpus import PassageCorpus
+from ngram_trie_rag.retrieval.jsonl import read_jsonl
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DEFAULT_QUESTIONS = DATA / "nq_open" / "nq-open-oracle.jsonl.gz"
@@ -60,20 +60,17 @@ SHORT_ANSWER = " Answer with a few words only."
 
 
 # ---- data ---------------------------------------------------------------------------
-def _open(path: Path):
-    if not path.is_file():
-        sys.exit(f"error: {path} does not exist")
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(
-        path, encoding="utf-8")
-
-
 def read_questions(path: Path) -> list[dict]:
     """Rows ``{question, answers, gold}``; ``gold`` is a passage dict or None."""
-    with _open(path) as fh:
+    if not path.is_file():
+        sys.exit(f"error: {path} does not exist")
+    try:
         if path.suffix == ".json":
-            rows = json.load(fh)["Data"]
+            rows = json.loads(path.read_text(encoding="utf-8"))["Data"]
         else:
-            rows = [json.loads(line) for line in fh if line.strip()]
+            rows = [row for _, row in read_jsonl(path)]
+    except ValueError as err:  # a line that is not JSON names its file and line
+        sys.exit(f"error: {err}")
     out = []
     for i, row in enumerate(rows):
         question = row.get("question") or row.get("Question")

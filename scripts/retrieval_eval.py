@@ -20,7 +20,6 @@ reruns skip embedding 3,588 passages (67 s on a quiet 2-core CPU, ~5 min on a bu
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import os
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from ngram_trie_rag.retrieval import Embedder, LLMReranker, Passage, VectorIndex  # noqa: E402
 from ngram_trie_rag.retrieval.corpus import PassageCorpus  # noqa: E402
+from ngram_trie_rag.retrieval.jsonl import read_jsonl  # noqa: E402
 from ngram_trie_rag.retrieval.policy import (  # noqa: E402
     choose_factory,
     nlist_for_count,
@@ -52,8 +52,7 @@ def load_corpus() -> tuple[list[Passage], list[dict], list[str]]:
     """(passages, NQ rows, gold passage id per NQ row)."""
     corpus = PassageCorpus()
     corpus.add_file(WIKI, prefix="wiki")
-    with gzip.open(NQ, "rt", encoding="utf-8") as fh:
-        rows = [json.loads(line) for line in fh]
+    rows = [row for _, row in read_jsonl(NQ)]
     gold = [
         corpus.add(f"nq:{i}", r["ctxs"][0]["title"], r["ctxs"][0]["text"], "nq_gold")
         for i, r in enumerate(rows)

@@ -11,11 +11,11 @@ must compare against.
 from __future__ import annotations
 
 import gzip
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from .jsonl import jsonl_rows
 from .passage import Passage
 
 
@@ -32,7 +32,8 @@ def read_passages(path: str | Path) -> Iterator[tuple[str, str, str]]:
 
     Shapes: DPR TSV (header ``id, text, title``); JSONL rows with ``contents``
     ("title\\ntext", Pyserini) or ``text`` and optional ``title`` and ``id`` (the line
-    number when absent). A malformed row raises ``ValueError`` naming file and line.
+    number when absent). A malformed row raises ``ValueError`` naming file and line
+    (:class:`~ngram_trie_rag.retrieval.jsonl.JsonlError` for a line that is not JSON).
     """
     path = Path(path)
     with _open(path) as fh:
@@ -46,13 +47,7 @@ def read_passages(path: str | Path) -> Iterator[tuple[str, str, str]]:
                 pid, text, title = fields[:3]
                 yield pid, title.strip('"'), text.strip('"')
             return
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not JSON ({err.msg})") from None
+        for line_no, row in jsonl_rows(fh, path):
             if not isinstance(row, dict):
                 raise ValueError(f"{path}:{line_no}: expected an object, got "
                                  f"{type(row).__name__}")

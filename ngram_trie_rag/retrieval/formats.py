@@ -13,6 +13,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from .errors import DocumentLoadError
+from .jsonl import JsonlError, jsonl_rows
 from .passage import Document
 
 TEXT_FIELDS = ("text", "contents")
@@ -135,14 +136,12 @@ def read_json(path: Path) -> list[Document]:
 def read_jsonl(path: Path) -> list[Document]:
     """One JSON record per line (blank lines skipped), e.g. DPR/FlashRAG passage dumps."""
     docs: list[Document] = []
-    for line_no, line in enumerate(read_utf8(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DocumentLoadError(f"invalid JSON in {path} line {line_no}: {exc}") from exc
-        docs.append(_record_document(record, path, f"line {line_no}", len(docs)))
+    try:
+        for line_no, record in jsonl_rows(read_utf8(path).splitlines(), path):
+            docs.append(_record_document(record, path, f"line {line_no}", len(docs)))
+    except JsonlError as exc:
+        raise DocumentLoadError(
+            f"invalid JSON in {path} line {exc.line_no}: {exc.reason}") from exc
     return docs
 
 

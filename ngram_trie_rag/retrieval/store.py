@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .errors import IndexLoadError, IndexSaveError
+from .jsonl import JsonlError, jsonl_rows
 from .passage import Passage
 from .policy import factory_nlist
 
@@ -190,11 +191,11 @@ def read_index_dir(path: str | os.PathLike) -> StoredIndex:
     except RuntimeError as exc:
         raise IndexLoadError(f"FAISS cannot read {folder / INDEX_FILE}: {exc}") from exc
     try:
-        passages = [
-            Passage.from_dict(json.loads(line))
-            for line in passages_bytes.decode("utf-8").splitlines()
-            if line.strip()
-        ]
+        lines = passages_bytes.decode("utf-8").splitlines()
+        passages = [Passage.from_dict(row)
+                    for _, row in jsonl_rows(lines, folder / PASSAGES_FILE)]
+    except JsonlError as exc:
+        raise IndexLoadError(f"cannot parse {exc}") from exc
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise IndexLoadError(f"cannot parse {folder / PASSAGES_FILE}: {exc}") from exc
     count, dim = manifest["count"], manifest["dim"]
