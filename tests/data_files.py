@@ -1,19 +1,21 @@
-"""Rows of the shared benchmark data (``../shared/data`` beside the project)."""
+"""The shared benchmark data (``../shared/data`` beside the project) and its rows."""
 
 from __future__ import annotations
 
-import json
+from itertools import islice
 from pathlib import Path
 
 import pytest
+
+from ngram_trie_rag.retrieval.jsonl import read_jsonl as read_rows
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def read_jsonl(relative: str, limit: int | None = None) -> list[dict]:
+    """The first ``limit`` rows of a JSONL file under :data:`SHARED_DATA`; the test is
+    skipped when the file is absent (the folder is not part of the project)."""
     path = SHARED_DATA / relative
     if not path.is_file():
         pytest.skip(f"{path} not found (the shared data folder sits beside the project)")
-    with path.open() as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return rows[:limit]
+    return [row for _, row in islice(read_rows(path), limit)]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ngram_trie_rag.cli import main
+from ngram_trie_rag.commands.cli import main
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sample_docs"
 
@@ -20,7 +20,9 @@ def test_ask_answers_with_cited_sources(tmp_path: Path, capsys) -> None:
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["answer"] and out["tokens"] > 0
     assert out["sources"] and all(s in {p.name for p in SAMPLE.iterdir()} for s in out["sources"])
-    assert out["mean_accept_length"] >= 1.0
+    # The answer restates the manual's entry, drafted from the retrieved passages.
+    assert out["mean_accept_length"] > 1.0
+    assert out["tokens"] - 1 > out["steps"]  # fewer verification forwards than tokens
 
 
 def _one_line_error(capsys, argv: list[str]) -> str:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from data_files import SHARED_DATA
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench import (
@@ -36,9 +37,8 @@ from ngram_trie_rag.bench.runner import encode_item, rotated
 from ngram_trie_rag.bench.sweep import replay_cell
 from ngram_trie_rag.prompts import rag_prompt
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-RAG = DATA / "spec_bench" / "rag.jsonl"
-HAGRID = DATA / "hagrid" / "hagrid.jsonl"
+RAG = SHARED_DATA / "spec_bench" / "rag.jsonl"
+HAGRID = SHARED_DATA / "hagrid" / "hagrid.jsonl"
 MAX_NEW = 24
 
 METHOD_KEYS = {
@@ -87,8 +87,11 @@ def test_results_schema(results: dict) -> None:
     for name, m in results["methods"].items():
         assert METHOD_KEYS <= set(m), name
         assert m["tokens_per_s"] > 0 and m["decode_tokens_per_s"] > 0
-        assert m["mean_accept_length"] >= 1.0
         assert sum(m["accept_length_hist"].values()) == m["steps"]
+    for name in ("vanilla", "plain"):  # one token per forward
+        assert results["methods"][name]["mean_accept_length"] == 1.0, name
+    for name in ("chain", "trie"):  # the answers copy from the passages in the prompts
+        assert results["methods"][name]["mean_accept_length"] > 1.0, name
     assert results["methods"]["vanilla"]["speedup"] == pytest.approx(1.0)
     assert results["methods"]["vanilla"]["draft_time_share"] is None
     assert 0.0 <= results["methods"]["trie"]["draft_time_share"] < 1.0
@@ -129,7 +132,7 @@ def test_accept_lengths_add_up(results: dict) -> None:
 @needs_data
 def test_oracle_is_reported(results: dict) -> None:
     oracle = results["meta"]["oracle_accept_length"]
-    assert oracle >= 1.0
+    assert oracle > 1.0  # the answers copy from the passages in the prompts
     trie = results["methods"]["trie"]
     assert trie["oracle_share"] == pytest.approx(trie["mean_accept_length"] / oracle)
     # fp32 answers are the reference's, so the own-answer oracle is the same one
@@ -210,12 +213,13 @@ def test_sweep_replay(gen: SpeculativeGenerator) -> None:
     backoff = run_sweep(replace(cfg, method="backoff"), generator=gen, progress=False)
     assert backoff["meta"]["method"] == "backoff"
     for paper, union in zip(doc["cells"], backoff["cells"], strict=True):
-        assert union["label"] == paper["label"] and union["mean_accept_length"] >= 1.0
+        assert union["label"] == paper["label"]
+        assert union["mean_accept_length"] > 1.0  # the answer quotes its documents
     assert "drafter backoff" in sweep_tables(backoff)
     labels = [c["label"] for c in doc["cells"]]
     assert labels == ["n8-lp3-k8", "n13-lp3-k8", "n13-lp3-k32"]
     for c in doc["cells"]:
-        assert c["mean_accept_length"] >= 1.0
+        assert c["mean_accept_length"] > 1.0  # the answer quotes its documents
         assert c["tokens_per_s"] is None and c["exact_match_rate"] is None  # not measured
     assert doc["reference"]["tokens_per_s"] > 0
     text = sweep_tables(doc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ngram_trie_rag import DraftTree, NGramTrie
-from ngram_trie_rag.budget import DraftBudget, _monotone
+from ngram_trie_rag.drafting.budget import DraftBudget
 
 FLAT = {q: 0.040 for q in range(1, 66)}  # verifying more is free (GPU, bf16)
 STEEP = {q: 0.040 * q for q in range(1, 66)}  # every token costs a full step
@@ -57,12 +57,17 @@ def test_learning_moves_the_choice() -> None:
     assert np.all((p >= 0) & (p <= 1))
 
 
+def _fitted(curve: dict[int, float]) -> dict[int, float]:
+    """The latency a budget plans with, given a measured ``curve``."""
+    return DraftBudget(curve, max_draft=8).latency
+
+
 def test_latency_fit_is_monotone_and_pools_a_spike() -> None:
     smooth = {1: 0.04, 2: 0.045, 4: 0.05, 8: 0.08}
-    assert _monotone(smooth) == smooth  # already monotone: unchanged
+    assert _fitted(smooth) == smooth  # already monotone: unchanged
     # One slow measurement (a busy moment) is averaged with the sizes it exceeds
     # instead of raising every larger size to it.
-    fitted = _monotone({1: 0.04, 2: 0.10, 3: 0.05, 4: 0.06, 5: 0.20})
+    fitted = _fitted({1: 0.04, 2: 0.10, 3: 0.05, 4: 0.06, 5: 0.20})
     assert list(fitted.values()) == sorted(fitted.values())
     assert np.isclose(fitted[2], 0.07) and np.isclose(fitted[4], 0.07)
     assert fitted[1] == 0.04 and fitted[5] == 0.20

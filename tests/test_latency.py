@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from tiny_model import tiny_llama
 
-from ngram_trie_rag import SpeculativeGenerator, latency, latency_store
-from ngram_trie_rag.latency import LatencyCurve, curve_holds, latency_curve
+from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.engine import Engine, curve_cache, latency
+from ngram_trie_rag.engine.latency import LatencyCurve, curve_holds, latency_curve
 
 KEY = ("LlamaForCausalLM", "llama", 1234, "torch.float32", "cpu", 2, 2, 32, True)
 CURVE = LatencyCurve({1: 0.03, 2: 0.031, 9: 0.05, 17: 0.08},
@@ -21,23 +22,25 @@ CURVE = LatencyCurve({1: 0.03, 2: 0.031, 9: 0.05, 17: 0.08},
 
 @pytest.fixture(scope="module")
 def tiny() -> SpeculativeGenerator:
+    """A generator running the model's modules, so every variant a curve can name (the
+    transposed layout, packed attention) is installed and timed through them."""
     model, tokenizer = tiny_llama(seed=3)
-    return SpeculativeGenerator(model, tokenizer)
+    return SpeculativeGenerator(model, tokenizer, engine=Engine(model, direct_step=False))
 
 
 def test_store_round_trip(tmp_path: Path) -> None:
-    path = latency_store.save(KEY, CURVE, tmp_path)
+    path = curve_cache.save(KEY, CURVE, tmp_path)
     assert path is not None and path.parent == tmp_path
-    assert latency_store.load(KEY, tmp_path) == CURVE
+    assert curve_cache.load(KEY, tmp_path) == CURVE
     other = (*KEY[:-1], False)  # another engine: another file
-    assert latency_store.path_for(other, tmp_path) != path
-    assert latency_store.load(other, tmp_path) is None
+    assert curve_cache.path_for(other, tmp_path) != path
+    assert curve_cache.load(other, tmp_path) is None
 
 
 @pytest.mark.parametrize("damage", ["garbage", "other key", "too old", "future", "layout",
                                     "negative", "no seconds", "missing field"])
 def test_store_ignores_what_it_cannot_trust(tmp_path: Path, damage: str) -> None:
-    path = latency_store.save(KEY, CURVE, tmp_path)
+    path = curve_cache.save(KEY, CURVE, tmp_path)
     doc = json.loads(path.read_text())
     if damage == "garbage":
         path.write_text("{not json")
@@ -45,7 +48,7 @@ def test_store_ignores_what_it_cannot_trust(tmp_path: Path, damage: str) -> None
         if damage == "other key":
             doc["key"][2] = 999
         elif damage == "too old":
-            doc["measured_at"] = time.time() - latency_store.MAX_AGE_S - 60
+            doc["measured_at"] = time.time() - curve_cache.MAX_AGE_S - 60
         elif damage == "future":
             doc["measured_at"] = time.time() + 3600
         elif damage == "layout":
@@ -57,13 +60,13 @@ def test_store_ignores_what_it_cannot_trust(tmp_path: Path, damage: str) -> None
         elif damage == "missing field":
             del doc["pack_single"]
         path.write_text(json.dumps(doc))
-    assert latency_store.load(KEY, tmp_path) is None
+    assert curve_cache.load(KEY, tmp_path) is None
 
 
 def test_unwritable_cache_is_not_an_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    assert latency_store.save(KEY, CURVE, blocker / "latency") is None
+    assert curve_cache.save(KEY, CURVE, blocker / "latency") is None
 
 
 def test_curve_holds_rejects_a_curve_off_by_tenfold(tiny: SpeculativeGenerator) -> None:
@@ -88,12 +91,35 @@ def test_generator_stores_then_reuses_then_replaces(tiny: SpeculativeGenerator, 
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))
     key = ("tiny-test", 1)
-    first = tiny._stored_or_measured(key)  # nothing stored: measured, then stored
-    assert latency_store.load(key) == first
+    engine = tiny.engine
+
+    def stored_or_measured() -> LatencyCurve:
+        return curve_cache.stored_or_measured(tiny.model, key, step=engine.step,
+                                              packed_gqa=engine.packed_gqa,
+                                              sliding_window=engine.sliding_window)
+
+    first = stored_or_measured()  # nothing stored: measured, then stored
+    assert curve_cache.path_for(key).parent == tmp_path / "latency"
+    assert curve_cache.load(key) == first
     stale = replace(first, seconds={q: s * 1000 for q, s in first.seconds.items()})
-    latency_store.save(key, stale)
-    again = tiny._stored_or_measured(key)  # the stored curve is 1000x off: measured again
-    assert again != stale and latency_store.load(key) == again
+    curve_cache.save(key, stale)
+    again = stored_or_measured()  # the stored curve is 1000x off: measured again
+    assert again != stale and curve_cache.load(key) == again
     monkeypatch.setattr(latency, "CHECK_TOLERANCE", float("inf"))
-    latency_store.save(key, stale)
-    assert tiny._stored_or_measured(key) == stale  # it holds: re-used as stored
+    curve_cache.save(key, stale)
+    assert stored_or_measured() == stale  # it holds: re-used as stored
+
+
+def test_generators_over_one_model_share_its_engine_and_curve() -> None:
+    """Generators over one model share its engine: one lock (they share the weights and
+    the cores) and one latency curve. An engine given explicitly is used as it is, with
+    its pinned curve, by the generator and by the generators reshaped from it."""
+    model, tokenizer = tiny_llama(seed=5)
+    first, second = SpeculativeGenerator(model, tokenizer), SpeculativeGenerator(model, tokenizer)
+    assert first.engine is second.engine is first.reshaped(n=5).engine
+    with first.engine.lock:
+        assert second.busy
+    assert not second.busy
+    pinned = SpeculativeGenerator(model, tokenizer, engine=Engine(model, curve=CURVE))
+    assert pinned.engine is not first.engine
+    assert pinned.latency_curve is pinned.reshaped(n=5).latency_curve is CURVE

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
+from greedy_reference import greedy_reference
+from tiny_model import tiny_llama
 
-from ngram_trie_rag import linear_layout
-from ngram_trie_rag.kv_cache import BufferLayer, cache_kwargs, compact, new_cache
-from ngram_trie_rag.latency import LatencyCurve
+from ngram_trie_rag.engine import linear_layout
+from ngram_trie_rag.engine.kv_cache import MIN_SLACK, BufferLayer, cache_kwargs, compact, new_cache
+from ngram_trie_rag.engine.latency import LatencyCurve
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 7])
@@ -22,25 +26,55 @@ def test_transposed_linear_matches_nn_linear(rows: int, bias: bool) -> None:
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_layout_switches_only_inside_and_is_restored(generator) -> None:
-    model = generator.model
-    layers = linear_layout._linears(model)
-    assert layers and all(type(m) is torch.nn.Linear for m in layers)
-    assert model.lm_head in layers
-    with pytest.raises(RuntimeError), linear_layout.transposed(model, True):
-        assert all("forward" in m.__dict__ for m in layers)
+def test_layout_switches_only_inside_and_only_in_this_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model, _ = tiny_llama(seed=4, vocab_size=32)
+    prompt = [5, 6, 7, 8, 9]
+    reference = greedy_reference(model, prompt, 6)  # before install: nn.Linear's forward
+    calls: list[torch.nn.Linear] = []
+    real = linear_layout.linear_transposed
+
+    def spy(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        calls.append(layer)
+        return real(layer, x)
+
+    monkeypatch.setattr(linear_layout, "linear_transposed", spy)
+    linear_layout.install(model)
+    linear_layout.install(model)  # idempotent
+    assert linear_layout.installed(model) and linear_layout.applies(model)
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    assert model.lm_head in linears
+
+    def forward() -> None:
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([prompt]))
+
+    forward()
+    assert calls == []  # installed, but outside transposed: F.linear
+    with pytest.raises(RuntimeError), linear_layout.transposed(True):
+        forward()
+        assert set(calls) == set(linears)  # every plain linear layer, transposed
+        calls.clear()
+        other = threading.Thread(target=forward)  # another thread: stock
+        other.start()
+        other.join()
+        assert calls == []
         raise RuntimeError("a forward failed")
-    assert not any("forward" in m.__dict__ for m in layers)  # the class's forward again
-    with linear_layout.transposed(model, False):
-        assert not any("forward" in m.__dict__ for m in layers)
+    forward()  # the switch was reset by the failure
+    with linear_layout.transposed(False):
+        forward()
+    assert calls == []
+    assert greedy_reference(model, prompt, 6) == reference  # generate runs as shipped
+    assert calls == []
 
 
 def test_transposed_forward_gives_the_same_greedy_tokens(generator) -> None:
     model = generator.model
+    linear_layout.install(model)  # stock outside ``transposed``: harmless to share
     ids = torch.tensor([generator.encode_prompt("The capital of France is Paris. The capital")])
     with torch.inference_mode():
         stock = model(input_ids=ids).logits
-        with linear_layout.transposed(model, True):
+        with linear_layout.transposed(True):
             fast = model(input_ids=ids).logits
     torch.testing.assert_close(fast, stock, rtol=1e-4, atol=1e-4)
     assert torch.equal(fast.argmax(-1), stock.argmax(-1))
@@ -78,20 +112,26 @@ def test_buffer_cache_matches_dynamic_cache_and_compacts(generator) -> None:
         layer = buf.layers[0]
         assert buf.get_seq_length() == 43
         assert torch.equal(layer.keys[:, :, 40:], kept)
-        # The next forward writes after the kept rows, into the same buffer.
+        # The next forward writes after the kept rows, into the same buffer: the live
+        # view keeps its storage and grows by one position, the rows before it untouched.
+        before = layer.keys.clone()
+        start = layer.keys.data_ptr()
         model(input_ids=block[:, :1], position_ids=torch.tensor([[43]]), **cache_kwargs(model, buf),
               use_cache=True)
         assert buf.get_seq_length() == 44
-        assert layer.keys.data_ptr() == layer._key_buf.data_ptr()
+        assert layer.keys.data_ptr() == start
+        assert torch.equal(layer.keys[:, :, :43], before)
 
 
 def test_buffer_cache_grows_past_its_capacity() -> None:
     layer = BufferLayer()
     k = torch.randn(1, 2, 300, 4)
     layer.update(k, k + 1)
-    capacity = layer._key_buf.shape[-2]
-    more = torch.randn(1, 2, capacity, 4)  # overflows the first buffer
+    start = layer.keys.data_ptr()
+    # More than the first buffer has left: it doubles, with at least MIN_SLACK to spare.
+    more = torch.randn(1, 2, 300 + 2 * MIN_SLACK, 4)
     keys, values = layer.update(more, more + 1)
-    assert keys.shape[-2] == 300 + capacity
+    assert keys.data_ptr() != start  # a new, larger buffer
+    assert keys.shape[-2] == 300 + more.shape[-2]
     assert torch.equal(keys[:, :, :300], k) and torch.equal(keys[:, :, 300:], more)
     assert torch.equal(values, keys + 1)

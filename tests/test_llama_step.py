@@ -10,12 +10,13 @@ import pytest
 import torch
 from tiny_model import tiny_llama
 
-from ngram_trie_rag import SpeculativeGenerator, llama_step
-from ngram_trie_rag.draft_tree import DraftTree
-from ngram_trie_rag.forward import forward
-from ngram_trie_rag.kv_cache import cache_kwargs, new_cache
-from ngram_trie_rag.llama_step import LlamaStep
-from ngram_trie_rag.tree_attention import tree_inputs
+from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.drafting.draft_tree import DraftTree
+from ngram_trie_rag.engine import Engine, gqa_attention, linear_layout, llama_step
+from ngram_trie_rag.engine.forward import forward
+from ngram_trie_rag.engine.kv_cache import cache_kwargs, new_cache
+from ngram_trie_rag.engine.llama_step import LlamaStep
+from ngram_trie_rag.engine.tree_attention import tree_inputs
 
 # Two branches below the last committed token, depths 1-3.
 TREE = DraftTree(np.array([5, 6, 7, 8, 9, 10, 11]), np.array([-1, 0, 1, -1, 3, 0, 5]),
@@ -23,11 +24,24 @@ TREE = DraftTree(np.array([5, 6, 7, 8, 9, 10, 11]), np.array([-1, 0, 1, -1, 3, 0
 PAST = 300
 
 
+def _with_modules(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` set up to run every variant through its modules too (what a modules
+    engine installs), after checking the step applies to it."""
+    assert llama_step.applies(model)
+    if gqa_attention.applies(model):
+        gqa_attention.install(model)
+    linear_layout.install(model)
+    return model
+
+
 @pytest.fixture(scope="module")
-def bf16_model():
+def models() -> dict[str, torch.nn.Module]:
+    """The packaged model in both dtypes, loaded for this module alone: the variants'
+    installation changes the model, which no other module's model should see."""
     from ngram_trie_rag.loading import load_model
 
-    return load_model(None, dtype=torch.bfloat16)[0]
+    return {dtype: _with_modules(load_model(None, dtype=getattr(torch, dtype))[0])
+            for dtype in ("float32", "bfloat16")}
 
 
 def _run(model, step: LlamaStep | None, tree: DraftTree | None, layout: str,
@@ -61,17 +75,15 @@ def _assert_same(model, tree: DraftTree | None, layout: str, packed: bool) -> No
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("layout", ["stock", "transposed"])
 @pytest.mark.parametrize("variant", ["single", "single-packed", "tree"])
-def test_step_is_bitwise_the_module_forward(generator, bf16_model, dtype, layout,
-                                            variant) -> None:
-    model = generator.model if dtype == "float32" else bf16_model
-    assert llama_step.applies(model)
+def test_step_is_bitwise_the_module_forward(models, dtype, layout, variant) -> None:
+    model = models[dtype]
     _assert_same(model, TREE if variant == "tree" else None, layout,
                  packed=variant != "single")
 
 
 @pytest.mark.parametrize("variant", ["single", "tree"])
-def test_prepacked_layout_is_close_and_follows_weight_changes(generator, variant) -> None:
-    model = generator.model
+def test_prepacked_layout_is_close_and_follows_weight_changes(models, variant) -> None:
+    model = models["float32"]
     tree = TREE if variant == "tree" else None
     step = LlamaStep(model)
     want, _ = _run(model, None, tree, "stock", packed=True)
@@ -100,9 +112,10 @@ def test_step_on_other_head_layouts(kv_heads: int) -> None:
 
         model.config.num_key_value_heads = kv_heads
         model = LlamaForCausalLM(model.config).eval()
-    assert llama_step.applies(model)
-    for tree in (None, TREE):
-        _assert_same(model, tree, "stock", packed=tree is not None)
+    _with_modules(model)
+    for tree in (None, TREE):  # masked GQA is packed where there is GQA
+        _assert_same(model, tree, "stock",
+                     packed=tree is not None and gqa_attention.applies(model))
 
 
 def test_unmasked_forward_of_several_tokens_is_refused(generator) -> None:
@@ -114,11 +127,12 @@ def test_unmasked_forward_of_several_tokens_is_refused(generator) -> None:
 def test_applies_only_where_the_structure_holds(generator) -> None:
     model = generator.model
     cfg = model.config
+    attention = cfg._attn_implementation
     try:
         cfg._attn_implementation = "eager"
         assert not llama_step.applies(model)
     finally:
-        cfg._attn_implementation = "sdpa"
+        cfg._attn_implementation = attention
     handle = model.model.layers[3].mlp.register_forward_hook(lambda *args: None)
     try:
         assert not llama_step.applies(model)  # a hook the step would bypass
@@ -130,11 +144,23 @@ def test_applies_only_where_the_structure_holds(generator) -> None:
     finally:
         model.eval()
     assert llama_step.applies(model)
-    step = SpeculativeGenerator(model, generator.tokenizer).step
-    assert step is not None and step is generator.step  # one step (and copies) per model
+    step = generator.engine.step
+    assert step is not None  # the packaged model is a Llama: its steps run directly
+    assert SpeculativeGenerator(model, generator.tokenizer).engine.step is step
+    assert Engine(model).step is step  # one step (and its weight copies) per model
     with pytest.raises(ValueError, match="Llama step only"):
         forward(model, None, torch.tensor([[4]]), torch.tensor([[0]]), None, new_cache(),
                 "prepacked", False)
+
+
+def test_a_modules_engine_leaves_the_step_to_later_engines() -> None:
+    """Building an engine that runs the modules installs the gated attention on the
+    model; later engines over the same model must still run the Llama step (the step
+    does its own attention, whatever the configured one)."""
+    model, _ = tiny_llama(seed=4, vocab_size=32)
+    assert Engine(model, direct_step=False).step is None
+    assert llama_step.applies(model)
+    assert Engine(model).step is not None
 
 
 def test_other_architectures_run_the_modules() -> None:

@@ -11,14 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ngram_trie_rag import NGramTrie
-from ngram_trie_rag.oracle import (
+from ngram_trie_rag.drafting import DraftConfig, Drafter
+from ngram_trie_rag.drafting.oracle import (
     oracle_accept_length,
     oracle_accept_lengths,
     replay_accept_lengths,
     same_size_bounds,
 )
-from ngram_trie_rag.proposers import PROPOSERS
 
 
 def test_hand_computed_steps() -> None:
@@ -68,9 +67,7 @@ def test_no_drafter_beats_the_capped_oracle(prompt, answer, k, n, data, method) 
     """A drafter verifying at most K nodes from prompt + answer needs at least as many
     steps as the K-capped oracle, which needs at least as many as the uncapped one."""
     prefix_len = data.draw(st.integers(1, n - 1))
-    trie = NGramTrie(n, prefix_len)
-    trie.add_document(prompt)
-    steps = replay_accept_lengths(PROPOSERS[method], trie, prompt, answer, k, prefix_len)
+    steps = replay_accept_lengths(_drafter(prompt, n, prefix_len, method, k), answer)
     capped = oracle_accept_lengths(prompt, answer, max_draft=k)
     free = oracle_accept_lengths(prompt, answer)
     assert sum(steps) == sum(capped) == sum(free) == len(answer) - 1
@@ -78,9 +75,13 @@ def test_no_drafter_beats_the_capped_oracle(prompt, answer, k, n, data, method) 
     assert max(capped) <= k + 1
     # step by step, no step accepts more than the best copy with its own node count
     drafted: list[int] = []
-    trie = NGramTrie(n, prefix_len)
-    trie.add_document(prompt)
-    steps = replay_accept_lengths(PROPOSERS[method], trie, prompt, answer, k, prefix_len,
+    steps = replay_accept_lengths(_drafter(prompt, n, prefix_len, method, k), answer,
                                   drafted=drafted)
     bounds = same_size_bounds(prompt, answer, steps, drafted)
     assert all(a <= b for a, b in zip(steps, bounds, strict=True))
+
+
+def _drafter(prompt: list[int], n: int, prefix_len: int, method: str, k: int) -> Drafter:
+    """A drafter over ``prompt`` (the answer continues it) with ``k`` nodes pinned."""
+    config = DraftConfig(n=n, prefix_len=prefix_len, num_draft=k, method=method)
+    return Drafter.for_request(config, prompt)

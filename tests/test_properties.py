@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+from greedy_reference import greedy_reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiny_model import tiny_llama
 
 from ngram_trie_rag import DraftTree, SpeculativeGenerator
-from ngram_trie_rag.proposers import PROPOSERS
+from ngram_trie_rag.drafting.proposers import PROPOSERS
 
 # Seeds whose greedy answers run long before EOS (token 1), so drafts get exercised.
 MODELS = {i: tiny_llama(seed=seed, vocab_size=24, init_scale=0.6 if seed == 3 else 0.4)
           for i, seed in enumerate((3, 11, 13, 19))}
-
-
-def plain(model, ids: list[int], max_new: int) -> list[int]:
-    out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=max_new)
-    return out[0, len(ids):].tolist()
 
 
 tokens = st.lists(st.integers(2, 23), min_size=1, max_size=40)
@@ -39,7 +34,7 @@ def test_random_models_and_settings_are_exact(seed, prompt, docs, n, data, max_n
                                num_draft=num_draft or 16)
     res = gen.generate(prompt, documents=docs or None, max_new_tokens=max_new,
                        num_draft=num_draft, method=method)
-    assert res.token_ids == plain(model, prompt, max_new)
+    assert res.token_ids == greedy_reference(model, prompt, max_new)
 
 
 @pytest.fixture
@@ -51,8 +46,9 @@ def register(monkeypatch):
     return add
 
 
-def _truth(model, prompt: list[int], max_new: int) -> list[int]:
-    return plain(model, prompt, max_new)
+def _produced(trie, prompt: list[int]) -> int:
+    """Answer tokens committed so far: the trie holds the prompt, then the answer."""
+    return trie.num_tokens - len(prompt)
 
 
 @pytest.mark.parametrize("case", ["all_right", "all_wrong", "deep_chain", "wide_tree",
@@ -61,12 +57,11 @@ def test_pathological_drafts_stay_exact(register, case: str) -> None:
     model, tokenizer = MODELS[3]
     prompt = [5, 6, 7, 8, 9]
     max_new = 30
-    truth = _truth(model, prompt, max_new)
+    truth = greedy_reference(model, prompt, max_new)
     eos = 1
 
     def proposer(trie, tail, num_draft, max_depth):
-        produced = len(trie._buf[: trie._len]) - trie._guard - len(prompt)  # tokens so far
-        future = truth[produced:]
+        future = truth[_produced(trie, prompt):]
         if case == "all_right":
             return DraftTree.chain(future[:max_depth])
         if case == "all_wrong":
@@ -112,11 +107,10 @@ def test_an_accepted_eos_ends_the_answer_and_its_step(register) -> None:
     the step counts only the tokens up to it."""
     model, tokenizer = MODELS[3]
     prompt, max_new = [5, 6, 7, 8, 9], 30
-    truth = _truth(model, prompt, max_new)
+    truth = greedy_reference(model, prompt, max_new)
 
     def proposer(trie, tail, num_draft, max_depth):
-        produced = len(trie._buf[: trie._len]) - trie._guard - len(prompt)
-        return DraftTree.chain(truth[produced:][:max_depth])
+        return DraftTree.chain(truth[_produced(trie, prompt):][:max_depth])
 
     name = register("test-through-eos", proposer)
     gen = SpeculativeGenerator(model, tokenizer, n=6, prefix_len=2)

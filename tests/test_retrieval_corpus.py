@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ngram_trie_rag.retrieval.corpus import PassageCorpus, read_passages
+from ngram_trie_rag.retrieval.jsonl import JsonlError, read_jsonl
 
 
 def test_tsv_jsonl_and_gzip_shapes(tmp_path: Path) -> None:
@@ -54,3 +55,15 @@ def test_malformed_rows_name_file_and_line(tmp_path: Path, name: str, content: s
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no such passage file"):
         list(read_passages(tmp_path / "absent.tsv"))
+
+
+def test_jsonl_rows_keep_their_line_numbers(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl.gz"
+    with gzip.open(rows, "wt") as fh:
+        fh.write('{"a": 1}\n\n  \n[2, 3]\n"text"\n')
+    assert list(read_jsonl(rows)) == [(1, {"a": 1}), (4, [2, 3]), (5, "text")]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"a": 1}\n\n{"b": \n')
+    with pytest.raises(JsonlError, match=r"bad.jsonl:3: not JSON \(Expecting value\)") as err:
+        list(read_jsonl(bad))
+    assert err.value.line_no == 3 and err.value.source == str(bad)

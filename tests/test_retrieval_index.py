@@ -24,6 +24,7 @@ from ngram_trie_rag.retrieval import (
     choose_factory,
 )
 from ngram_trie_rag.retrieval import store as store_module
+from ngram_trie_rag.retrieval.jsonl import jsonl_rows
 from ngram_trie_rag.retrieval.policy import default_nprobe, nlist_for_count, pq_m_for_dim
 from ngram_trie_rag.retrieval.testing import (
     build_tiny_sentence_transformer,
@@ -367,7 +368,43 @@ def test_refuses_to_overwrite_a_non_index_folder(embedder: Embedder, tmp_path: P
     assert (docs / "manifest.json").is_file()
 
 
+def _faiss_index(data: bytes) -> object:
+    import faiss
+
+    return faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
+
+
+def _passages(data: bytes) -> list[Passage]:
+    rows = jsonl_rows(data.decode("utf-8").splitlines(), store_module.PASSAGES_FILE)
+    return [Passage.from_dict(row) for _, row in rows]
+
+
+# How each saved file is read: its own format's parser, none of which runs code.
+SAVED_FILE_READERS = {
+    store_module.MANIFEST: lambda data: json.loads(data.decode("utf-8")),
+    store_module.PASSAGES_FILE: _passages,
+    store_module.INDEX_FILE: _faiss_index,
+}
+
+
+def _looks_pickled(data: bytes) -> bool:
+    """A pickle of protocol 2 or later opens with PROTO (0x80) and the protocol number."""
+    return len(data) >= 2 and data[0] == 0x80 and 2 <= data[1] <= 5
+
+
 def test_no_pickle_in_saved_files(saved: Path) -> None:
-    json.loads((saved / "manifest.json").read_text())
-    for line in (saved / "passages.jsonl").read_text().splitlines():
-        json.loads(line)
+    """Every file a save writes -- whatever files it writes -- is read by its own
+    format's parser, and none is a pickle."""
+    import pickle
+
+    assert _looks_pickled(pickle.dumps({"passages": []}))  # the check knows a pickle
+    files = sorted(p for p in saved.rglob("*") if p.is_file())
+    assert {p.name for p in files} >= set(SAVED_FILE_READERS)
+    for path in files:
+        data = path.read_bytes()
+        assert not _looks_pickled(data), f"{path.name} is a pickle"
+        reader = SAVED_FILE_READERS.get(path.name)
+        assert reader is not None, f"{path.name}: a saved file with no reader checked here"
+        reader(data)  # raises if the file is not in its format
+    stored = store_module.read_index_dir(saved)  # and the folder loads as a whole
+    assert stored.index.ntotal == len(stored.passages) == 40

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from reference_trie import all_paths, build
 
 from ngram_trie_rag import NGramTrie
-from ngram_trie_rag.proposers import propose_chain
+from ngram_trie_rag.drafting.proposers import propose_chain
 
 # The paper's Figure 1 setting: n = 6, L_p = 3, over the document a b c d e f g.
 #   windows: [1..6] [2..7] [3..7] [4..7] [5..7] [6,7] [7] (the last ones truncated)

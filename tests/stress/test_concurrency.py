@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
-import torch
 from data_files import read_jsonl
+from greedy_reference import greedy_reference
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage
@@ -88,12 +88,8 @@ def clip(text: str, limit: int = PASSAGE_CHARS) -> str:
 
 def plain_greedy(gen: SpeculativeGenerator, prompt: Any, max_new_tokens: int) -> str:
     """The reference answer: ``model.generate`` without drafting, on the same prompt ids."""
-    ids = gen.encode_prompt(prompt)
-    with torch.inference_mode():
-        out = gen.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids),
-                                 dtype=torch.long), do_sample=False,
-                                 max_new_tokens=max_new_tokens)
-    return gen.tokenizer.decode(out[0, len(ids):].tolist(), skip_special_tokens=True)
+    answer = greedy_reference(gen.model, gen.encode_prompt(prompt), max_new_tokens)
+    return gen.tokenizer.decode(answer, skip_special_tokens=True)
 
 
 def disjoint_first(candidates: Iterable[tuple[str, Sequence[str]]],

@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-import torch
+from greedy_reference import greedy_reference
 from stress_scale import scale
 from tiny_model import tiny_llama
 
@@ -34,9 +34,7 @@ def test_garbage_documents_still_give_exact_output(generator, kind: str) -> None
         doc = "\ufffd" * 500 + " end"
     else:
         doc = "Привет 世界 مرحبا 🚀 " * 200
-    ids = generator.encode_prompt(QUESTION)
-    expected = generator.model.generate(torch.tensor([ids]), do_sample=False,
-                                        max_new_tokens=12)[0, len(ids):].tolist()
+    expected = greedy_reference(generator.model, generator.encode_prompt(QUESTION), 12)
     assert generator.generate(QUESTION, [doc], max_new_tokens=12).token_ids == expected
 
 
@@ -65,13 +63,23 @@ def test_prompt_at_the_context_limit() -> None:
 
 
 def test_trie_memory_stays_bounded_under_a_long_stream() -> None:
-    trie = NGramTrie(n=13, prefix_len=3, max_tokens=10_000)
-    rng = np.random.default_rng(0)
-    for _ in range(scale(200, 2_000)):
-        trie.extend(rng.integers(0, 128_256, 97))
-        trie.draft(rng.integers(0, 128_256, 3), num_draft=16)
-    assert trie.num_tokens <= 10_000
-    assert trie._buf.size <= 4 * 10_000  # the buffer does not grow with the stream
+    import tracemalloc
+
+    max_tokens, chunk, chunks = 10_000, 97, scale(200, 2_000)
+    tracemalloc.start()  # NumPy reports its buffers to tracemalloc
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        trie = NGramTrie(n=13, prefix_len=3, max_tokens=max_tokens)
+        rng = np.random.default_rng(0)
+        for _ in range(chunks):
+            trie.extend(rng.integers(0, 128_256, chunk))
+            trie.draft(rng.integers(0, 128_256, 3), num_draft=16)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert trie.num_tokens <= max_tokens
+    assert trie.evicted_tokens == chunk * chunks - trie.num_tokens  # the rest was dropped
+    assert held <= 4 * max_tokens * 8  # int64 slots: the store does not grow with the stream
 
 
 def test_many_generations_release_memory(generator) -> None:
