@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    python examples/langchain_rag.py ["your question"]
+    python examples/langchain_rag.py [--max-tokens N] ["your question"]
 
 The chain is the usual LCEL one; nothing in it mentions drafting. The model finds the
 passages this call retrieved, drafts from them, and prints the same answer plain decoding
@@ -11,7 +11,7 @@ gives, with how many tokens each verification step produced.
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 from pathlib import Path
 
@@ -30,13 +30,13 @@ def format_docs(docs) -> str:
     return "\n\n".join(doc.page_content for doc in docs)
 
 
-def main(question: str) -> None:
+def main(question: str, max_tokens: int = 96) -> None:
     retriever = NGramTrieRetriever(retriever=Retriever.build(DOCS), k=3)
     prompt = ChatPromptTemplate.from_messages([
         ("system", "Answer using only this context.\n\nContext:\n{context}"),
         ("human", "{question}"),
     ])
-    llm = ChatNGramTrie(max_tokens=96)
+    llm = ChatNGramTrie(max_tokens=max_tokens)
     rag = {"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt
 
     llm.invoke("Hi", max_tokens=1)  # load the model before timing
@@ -58,4 +58,8 @@ def main(question: str) -> None:
 
 
 if __name__ == "__main__":
-    main(" ".join(sys.argv[1:]) or QUESTION)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("question", nargs="*", help=f"default: {QUESTION!r}")
+    parser.add_argument("--max-tokens", type=int, default=96, help="answer length cap")
+    args = parser.parse_args()
+    main(" ".join(args.question) or QUESTION, args.max_tokens)

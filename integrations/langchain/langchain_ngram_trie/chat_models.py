@@ -17,12 +17,12 @@ from langchain_core.callbacks import (
 from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from ngram_trie_rag.threads import iterate_blocking, run_blocking
 
 from .messages import to_chat
-from .metadata import response_metadata, usage_metadata
+from .metadata import message_metadata
 from .registry import call_run_ids
 from .settings import NGramTrieSettings, Request
-from .threads import iterate_blocking, run_blocking
 
 
 class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
@@ -64,12 +64,8 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
         return self._request(to_chat(messages), stop, kwargs, *call_run_ids(run_manager))
 
     def _answer(self, request: Request) -> ChatResult:
-        gen, result = self._generate_one(request)
-        message = AIMessage(
-            content=result.text,
-            usage_metadata=usage_metadata(result),
-            response_metadata=response_metadata(gen.model_name, result, request.draft),
-        )
+        answer = self._generate_one(request)
+        message = AIMessage(content=answer.result.text, **message_metadata(answer))
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
@@ -87,20 +83,12 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
     def _chunks(self, request: Request) -> Iterator[ChatGenerationChunk]:
         """Text deltas as they are verified, then an empty last chunk carrying usage and
         metadata (merging chunks would concatenate strings repeated on every chunk)."""
-        gen = self.load_generator()
-        stream = self._open(gen, request)
-        with stream:
-            for delta in stream:
-                if delta:
-                    yield ChatGenerationChunk(message=AIMessageChunk(content=delta))
-        result = stream.result
-        assert result is not None
-        yield ChatGenerationChunk(message=AIMessageChunk(
-            content="",
-            usage_metadata=usage_metadata(result),
-            response_metadata=response_metadata(gen.model_name, result, request.draft),
-            chunk_position="last",
-        ))
+        for delta, answer in self._deltas(request):
+            if answer is None:
+                yield ChatGenerationChunk(message=AIMessageChunk(content=delta))
+            else:
+                yield ChatGenerationChunk(message=AIMessageChunk(
+                    content="", chunk_position="last", **message_metadata(answer)))
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from langchain_core.documents import Document
+from ngram_trie_rag.inputs import unique_documents
 
 from .registry import document_registry
 
@@ -41,16 +42,10 @@ def as_documents(items: Any) -> list[Document]:
 
 def draftable(documents: Sequence[Document]) -> list[Document]:
     """Drop blank documents (nothing to draft from) and repeated texts (a copy only
-    doubles n-gram counts), keeping first occurrences in order."""
-    seen: set[str] = set()
-    out: list[Document] = []
-    for doc in documents:
-        text = doc.page_content
-        if not text.strip() or text in seen:
-            continue
-        seen.add(text)
-        out.append(doc)
-    return out
+    doubles n-gram counts), keeping first occurrences in order, so the response names
+    exactly the documents the trie was built from."""
+    filled = [doc for doc in documents if doc.page_content.strip()]
+    return unique_documents(filled, key=lambda doc: doc.page_content)
 
 
 def describe(doc: Document) -> dict[str, Any]:

@@ -18,11 +18,11 @@ from langchain_core.callbacks import (
 from langchain_core.language_models import BaseLLM, LangSmithParams, LanguageModelInput
 from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 from langchain_core.runnables import Runnable, RunnableConfig
+from ngram_trie_rag.threads import iterate_blocking, run_blocking
 
-from .metadata import speculative_stats, usage_metadata
+from .metadata import generation_info, usage_metadata
 from .registry import call_run_ids
 from .settings import NGramTrieSettings, Request
-from .threads import iterate_blocking, run_blocking
 
 
 class NGramTrieLLM(NGramTrieSettings, BaseLLM):
@@ -77,16 +77,13 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
         totals = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
         model_name = ""
         for request in requests:
-            gen, result = self._generate_one(request)
-            model_name = gen.model_name
-            usage = usage_metadata(result)
+            answer = self._generate_one(request)
+            model_name = answer.model_name
+            usage = usage_metadata(answer)
             for key in totals:
                 totals[key] += usage[key]
-            generations.append([Generation(text=result.text, generation_info={
-                "finish_reason": result.finish_reason,
-                "usage": dict(usage),
-                "speculative": speculative_stats(result, request.draft),
-            })])
+            generations.append([Generation(text=answer.result.text,
+                                           generation_info=generation_info(answer))])
         return LLMResult(generations=generations,
                          llm_output={"token_usage": totals, "model_name": model_name})
 
@@ -104,20 +101,12 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
     # ---- streams ----------------------------------------------------------------------------
     def _chunks(self, request: Request) -> Iterator[GenerationChunk]:
         """Text deltas, then an empty chunk whose ``generation_info`` carries the stats."""
-        gen = self.load_generator()
-        stream = self._open(gen, request)
-        with stream:
-            for delta in stream:
-                if delta:
-                    yield GenerationChunk(text=delta)
-        result = stream.result
-        assert result is not None
-        yield GenerationChunk(text="", generation_info={
-            "finish_reason": result.finish_reason,
-            "model_name": gen.model_name,
-            "usage": dict(usage_metadata(result)),
-            "speculative": speculative_stats(result, request.draft),
-        })
+        for delta, answer in self._deltas(request):
+            if answer is None:
+                yield GenerationChunk(text=delta)
+            else:
+                yield GenerationChunk(text="", generation_info={
+                    **generation_info(answer), "model_name": answer.model_name})
 
     def _stream(self, prompt: str, stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,

@@ -14,6 +14,12 @@ it, and its filing replaces the inner one's at every shared ancestor, so the out
 retriever wins (a reranker's top-n, not the candidates it chose from). Sibling retrievers
 (two branches of one chain) are both kept, in the order they finished.
 
+Installation: nothing is registered at import. The first ``ChatNGramTrie`` or
+``NGramTrieLLM`` built (or the first ``document_registry()`` call) runs :func:`install`,
+which adds the handler to LangChain's configure hook once per process; every run configured
+from then on carries it. A model must exist before a chain containing it can run, so chains
+always see the handler.
+
 Lifetime: when a root run ends (a run whose parent this handler never saw), everything
 filed under its tree is dropped, so nothing outlives the chain call that produced it.
 
@@ -159,17 +165,33 @@ class RetrievedDocumentsRegistry(BaseCallbackHandler):
 
 
 _REGISTRY = RetrievedDocumentsRegistry()
-# The default makes every CallbackManager.configure() attach the handler, inheritably, with
-# no change to the user's chain or config.
+# Once registered, the default makes every CallbackManager.configure() attach the handler,
+# inheritably, with no change to the user's chain or config.
 _HOOK: ContextVar[RetrievedDocumentsRegistry | None] = ContextVar(
     "ngram_trie_retrieved_documents", default=_REGISTRY
 )
-register_configure_hook(_HOOK, inheritable=True)
+_INSTALL_LOCK = threading.Lock()
+_installed = False
+
+
+def install() -> RetrievedDocumentsRegistry:
+    """Attach the registry to every LangChain run configured from now on; idempotent.
+
+    Called when a model is built rather than at import, so merely importing the package
+    leaves LangChain's callback configuration untouched.
+    """
+    global _installed
+    with _INSTALL_LOCK:
+        if not _installed:
+            register_configure_hook(_HOOK, inheritable=True)
+            _installed = True
+    return _REGISTRY
 
 
 def document_registry() -> RetrievedDocumentsRegistry:
-    """The process-wide registry (e.g. to check ``document_registry().size == 0``)."""
-    return _REGISTRY
+    """The process-wide registry (e.g. to check ``document_registry().size == 0``),
+    installed if it was not yet."""
+    return install()
 
 
 def call_run_ids(run_manager: Any) -> tuple[UUID | None, UUID | None]:

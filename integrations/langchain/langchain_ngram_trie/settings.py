@@ -8,19 +8,18 @@ and package the answer.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from uuid import UUID
 
-from ngram_trie_rag import GenerationResult, SpeculativeGenerator
-from ngram_trie_rag.generator import GenerationStream
+from ngram_trie_rag import SpeculativeGenerator, shared_generator
 from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .documents import DraftDocuments, choose_documents
-from .generators import shared_generator
+from .metadata import Answer
+from .registry import install
 
 PROVIDER = "ngram_trie"  # LangSmith provider name
 
@@ -30,10 +29,6 @@ CALL_OPTIONS = {"max_tokens": "max_new_tokens", "temperature": "temperature",
                 "draft_method": "method"}
 # Keywords LangChain itself may pass along that carry no generation option.
 IGNORED_KWARGS = {"stream"}
-
-# Prompt encoding happens before the generator's lock is taken; a fast tokenizer shared by
-# threads is safest used by one at a time, and encoding is cheap next to generation.
-_ENCODE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -94,6 +89,12 @@ class NGramTrieSettings(BaseModel):
             raise ValueError(f"prefix_len ({self.prefix_len}) must be below n ({self.n})")
         return self
 
+    def model_post_init(self, context: Any, /) -> None:
+        # A chain can only run a model that exists, so registering the retrieved-documents
+        # handler here is early enough, and importing the package registers nothing.
+        install()
+        super().model_post_init(context)
+
     # ---- the generator --------------------------------------------------------------------
     def load_generator(self) -> SpeculativeGenerator:
         """The generator (loads the model on first use; slow once, then cached)."""
@@ -147,16 +148,21 @@ class NGramTrieSettings(BaseModel):
                                  self.use_retrieved_documents)
         return Request(prompt, draft, options)
 
-    def _generate_one(self, request: Request) -> tuple[SpeculativeGenerator, GenerationResult]:
-        """Blocking: the whole answer."""
+    def _deltas(self, request: Request) -> Iterator[tuple[str, Answer | None]]:
+        """Blocking: ``(delta, None)`` for each non-empty text delta as it is verified,
+        then ``("", answer)`` once finished. Closing it early stops generation and frees
+        the model."""
         gen = self.load_generator()
-        stream = self._open(gen, request)
-        for _ in stream:
-            pass
+        with gen.stream(request.prompt, request.draft.texts, **request.options) as stream:
+            for delta in stream:
+                if delta:
+                    yield delta, None
         assert stream.result is not None
-        return gen, stream.result
+        yield "", Answer(gen.model_name, stream.result, request.draft)
 
-    def _open(self, gen: SpeculativeGenerator, request: Request) -> GenerationStream:
-        """Blocking: encode the prompt and documents; generation starts on first ``next``."""
-        with _ENCODE_LOCK:
-            return gen.stream(request.prompt, request.draft.texts, **request.options)
+    def _generate_one(self, request: Request) -> Answer:
+        """Blocking: the whole answer."""
+        for _, answer in self._deltas(request):
+            if answer is not None:
+                return answer
+        raise AssertionError("a generation ends with its answer")

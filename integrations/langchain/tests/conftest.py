@@ -23,8 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
-
-from langchain_ngram_trie import shared_generator  # noqa: E402
+from ngram_trie_rag import shared_generator  # noqa: E402
 
 # The shared data folder sits beside the project root.
 HAGRID = Path(__file__).resolve().parents[4] / "shared" / "data" / "hagrid" / "hagrid.jsonl"

@@ -4,6 +4,8 @@ probe step in place of the model (it asks the registry what a model call would s
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -57,8 +59,36 @@ def expected(query: str, tag: str = "base", n: int = 3) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def registry_is_empty_after():
+    # No model is built here, so the registry is installed the way a caller without one
+    # would: through document_registry().
+    document_registry()
     yield
     assert document_registry().size == 0
+
+
+# Counts the registry's entries in LangChain's configure hooks, in a fresh interpreter.
+HOOK_CHECK = """
+import langchain_ngram_trie
+from langchain_core.tracers import context
+
+def hooks():
+    return sum(var.name == "ngram_trie_retrieved_documents"
+               for var, *_ in context._configure_hooks)
+
+print("import", hooks())
+from langchain_ngram_trie import ChatNGramTrie, NGramTrieLLM
+ChatNGramTrie(model="/no/such/model")  # nothing is loaded when a model is built
+print("first", hooks())
+ChatNGramTrie()
+NGramTrieLLM()
+print("more", hooks())
+"""
+
+
+def test_importing_registers_nothing_and_building_a_model_registers_once():
+    out = subprocess.run([sys.executable, "-c", HOOK_CHECK], capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    assert out == ["import", "0", "first", "1", "more", "1"]
 
 
 def test_sibling_retriever_documents_reach_the_model_step():

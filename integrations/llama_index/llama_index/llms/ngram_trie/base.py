@@ -9,11 +9,10 @@ the chat engines need no extra wiring.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -30,15 +29,23 @@ from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.llms.llm import default_completion_to_prompt
-from ngram_trie_rag import GenerationResult, GenerationStream, SpeculativeGenerator
+from ngram_trie_rag import (
+    GenerationResult,
+    GenerationStream,
+    SpeculativeGenerator,
+    shared_generator,
+)
 from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
+from ngram_trie_rag.threads import run_blocking
 
 from .drafting import DraftItem, DraftSource, drafting_from, resolve_draft_source
-from .loader import GeneratorKey, open_lock, shared_generator
-from .streams import acollect, adeltas, deltas
+from .streams import acollect, adeltas, collect, deltas
 from .tracking import get_tracker
 
 Prompt = str | list[dict[str, str]]
+R = TypeVar("R", CompletionResponse, ChatResponse)
+# Builds a response from (text so far, delta or None, result once finished, draft source).
+Wrap = Callable[[str, str | None, GenerationResult | None, DraftSource], R]
 
 # Per-call options a caller may pass as keyword arguments; anything else LlamaIndex passes
 # along (e.g. ``formatted``, tool settings) is not a generation option and is ignored.
@@ -59,9 +66,10 @@ class NGramTrieLLM(CustomLLM):
     """Local Hugging Face causal LM with n-gram trie speculative decoding.
 
     Lossless: greedy answers equal ``model.generate(do_sample=False)``; with a temperature
-    the sampling distribution is unchanged. The model is loaded on first use and shared by
-    every instance with the same model and trie settings. Each response carries the
-    speculative statistics in ``additional_kwargs["speculative"]`` and ``raw``.
+    the sampling distribution is unchanged. The model is loaded on first use, once per
+    process for a given model, device and dtype: instances that differ only in trie
+    settings (``n``, ``prefix_len``) share its weights, tokenizer and lock. Each response
+    carries the speculative statistics in ``additional_kwargs["speculative"]`` and ``raw``.
 
     Draft source of a call, first match wins: ``documents=`` passed to the call, an
     enclosing ``with llm.drafting_from(nodes):`` block, the nodes the running query's
@@ -118,8 +126,9 @@ class NGramTrieLLM(CustomLLM):
     def generator(self) -> SpeculativeGenerator:
         """The shared generator, loaded on first access."""
         if self._generator is None:
-            self._generator = shared_generator(GeneratorKey(
-                self.model_path, self.device, self.dtype, self.n, self.prefix_len))
+            self._generator = shared_generator(self.model_path, device=self.device,
+                                               dtype=self.dtype, n=self.n,
+                                               prefix_len=self.prefix_len)
         return self._generator
 
     @property
@@ -176,18 +185,17 @@ class NGramTrieLLM(CustomLLM):
         options.update({k: kwargs[k] for k in _OPTIONS if kwargs.get(k) is not None})
         return _Request(prompt, resolve_draft_source(kwargs.get("documents")), options)
 
-    def _open(self, request: _Request) -> GenerationStream:
-        gen = self.generator
-        with open_lock(gen):
-            return gen.stream(request.prompt, request.source.documents, **request.options)
+    def _completion_request(self, prompt: str, formatted: bool,
+                            kwargs: dict[str, Any]) -> _Request:
+        return self._request(self._completion_prompt(prompt, formatted), kwargs)
 
-    def _run(self, request: _Request) -> GenerationResult:
-        stream = self._open(request)
-        with stream:
-            for _ in stream:
-                pass
-        assert stream.result is not None
-        return stream.result
+    def _chat_request(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> _Request:
+        return self._request(self._chat_prompt(messages), kwargs)
+
+    def _open(self, request: _Request) -> GenerationStream:
+        """Blocking: encode the prompt and documents; generation starts on first ``next``."""
+        return self.generator.stream(request.prompt, request.source.documents,
+                                     **request.options)
 
     def _info(self, result: GenerationResult, source: DraftSource) -> tuple[dict, dict]:
         """(additional_kwargs, raw) of a finished call."""
@@ -231,89 +239,81 @@ class NGramTrieLLM(CustomLLM):
         extra, raw = self._info(result, source)
         return ChatResponse(message=message, delta=delta, additional_kwargs=extra, raw=raw)
 
+    # ---- one call, any response type ---------------------------------------------------
+    # The stream is opened (prompt and documents encoded) when the call is made, so bad
+    # input raises there and not on the first read.
+    def _whole(self, request: _Request, wrap: Wrap[R]) -> R:
+        result = collect(self._open(request))
+        return wrap(result.text, None, result, request.source)
+
+    def _streamed(self, request: _Request, wrap: Wrap[R]) -> Iterator[R]:
+        step = _accumulate(request.source, wrap)
+        return (step(delta, result) for delta, result in deltas(self._open(request)))
+
+    async def _awhole(self, request: _Request, wrap: Wrap[R]) -> R:
+        result = await acollect(await run_blocking(self._open, request))
+        return wrap(result.text, None, result, request.source)
+
+    async def _astreamed(self, request: _Request, wrap: Wrap[R]) -> AsyncIterator[R]:
+        step = _accumulate(request.source, wrap)
+        pairs = adeltas(await run_blocking(self._open, request))
+        return (step(delta, result) async for delta, result in pairs)
+
     # ---- sync -------------------------------------------------------------------------
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         """Options as keyword arguments (``max_new_tokens``, ``temperature``, ``stop``,
         ``documents`` to draft from, ...) override the instance's for this call."""
-        request = self._request(self._completion_prompt(prompt, formatted), kwargs)
-        result = self._run(request)
-        return self._completion(result.text, None, result, request.source)
+        return self._whole(self._completion_request(prompt, formatted, kwargs), self._completion)
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False,
                         **kwargs: Any) -> CompletionResponseGen:
-        request = self._request(self._completion_prompt(prompt, formatted), kwargs)
-        stream = self._open(request)
-
-        def gen() -> CompletionResponseGen:
-            text = ""
-            for delta, result in deltas(stream):
-                text += delta
-                yield self._completion(text, delta, result, request.source)
-
-        return gen()
+        request = self._completion_request(prompt, formatted, kwargs)
+        return self._streamed(request, self._completion)
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        request = self._request(self._chat_prompt(messages), kwargs)
-        result = self._run(request)
-        return self._chat(result.text, None, result, request.source)
+        return self._whole(self._chat_request(messages, kwargs), self._chat)
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        request = self._request(self._chat_prompt(messages), kwargs)
-        stream = self._open(request)
+        return self._streamed(self._chat_request(messages, kwargs), self._chat)
 
-        def gen() -> ChatResponseGen:
-            text = ""
-            for delta, result in deltas(stream):
-                text += delta
-                yield self._chat(text, delta, result, request.source)
-
-        return gen()
-
-    # ---- async: generation runs in a worker thread, the event loop stays free -----------
+    # ---- async: generation runs on the generation pool, the event loop stays free -----
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False,
                         **kwargs: Any) -> CompletionResponse:
-        request = self._request(self._completion_prompt(prompt, formatted), kwargs)
-        result = await acollect(await asyncio.to_thread(self._open, request))
-        return self._completion(result.text, None, result, request.source)
+        request = self._completion_request(prompt, formatted, kwargs)
+        return await self._awhole(request, self._completion)
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False,
                                **kwargs: Any) -> CompletionResponseAsyncGen:
-        request = self._request(self._completion_prompt(prompt, formatted), kwargs)
-        stream = await asyncio.to_thread(self._open, request)
-
-        async def gen() -> CompletionResponseAsyncGen:
-            text = ""
-            async for delta, result in adeltas(stream):
-                text += delta
-                yield self._completion(text, delta, result, request.source)
-
-        return gen()
+        request = self._completion_request(prompt, formatted, kwargs)
+        return await self._astreamed(request, self._completion)
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        request = self._request(self._chat_prompt(messages), kwargs)
-        result = await acollect(await asyncio.to_thread(self._open, request))
-        return self._chat(result.text, None, result, request.source)
+        return await self._awhole(self._chat_request(messages, kwargs), self._chat)
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage],
                            **kwargs: Any) -> ChatResponseAsyncGen:
-        request = self._request(self._chat_prompt(messages), kwargs)
-        stream = await asyncio.to_thread(self._open, request)
+        return await self._astreamed(self._chat_request(messages, kwargs), self._chat)
 
-        async def gen() -> ChatResponseAsyncGen:
-            text = ""
-            async for delta, result in adeltas(stream):
-                text += delta
-                yield self._chat(text, delta, result, request.source)
 
-        return gen()
+def _accumulate(source: DraftSource,
+                wrap: Wrap[R]) -> Callable[[str, GenerationResult | None], R]:
+    """A stream's response maker: each delta becomes a response holding the text so far."""
+    text = ""
+
+    def step(delta: str, result: GenerationResult | None) -> R:
+        nonlocal text
+        text += delta
+        return wrap(text, delta, result, source)
+
+    return step
 
 
 def _role(role: MessageRole | str) -> str:

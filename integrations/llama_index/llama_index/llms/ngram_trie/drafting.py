@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
+from ngram_trie_rag.inputs import unique_documents
 
 from .tracking import get_tracker
 
@@ -40,13 +41,13 @@ def to_draft_source(items: Iterable[DraftItem], origin: DraftOrigin) -> DraftSou
     """Texts (with node ids where known) of strings, nodes or scored nodes.
 
     Empty or whitespace texts (e.g. an image node) are skipped: there is nothing to draft
-    from in them, and the generator rejects them. With no text left the prompt is the
-    draft source.
+    from in them, and the generator rejects them. Repeated texts are kept once (first
+    occurrence), so the node ids reported name the texts the trie was built from. With no
+    text left the prompt is the draft source.
     """
     if isinstance(items, str | BaseNode | NodeWithScore):
         items = [items]
-    texts: list[str] = []
-    ids: list[str | None] = []
+    found: list[tuple[str, str | None]] = []
     for item in items:
         node = item.node if isinstance(item, NodeWithScore) else item
         if isinstance(node, BaseNode):
@@ -58,11 +59,11 @@ def to_draft_source(items: Iterable[DraftItem], origin: DraftOrigin) -> DraftSou
                 f"draft documents must be strings or LlamaIndex nodes, got {type(item).__name__}"
             )
         if text.strip():
-            texts.append(text)
-            ids.append(node_id)
-    if not texts:  # nothing usable: the generator drafts from the prompt
+            found.append((text, node_id))
+    if not found:  # nothing usable: the generator drafts from the prompt
         return DraftSource("prompt")
-    return DraftSource(origin, tuple(texts), tuple(ids))
+    texts, ids = zip(*unique_documents(found, key=lambda pair: pair[0]), strict=True)
+    return DraftSource(origin, texts, ids)
 
 
 _OVERRIDE: ContextVar[DraftSource | None] = ContextVar("ngram_trie_draft_override", default=None)
