@@ -41,6 +41,7 @@ import torch
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.methods import measure_prefill, run_core, run_vanilla
 from ngram_trie_rag.prompts import rag_messages
+from ngram_trie_rag.reference import shared_data_dir
 from ngram_trie_rag.retrieval import (
     CrossEncoderReranker,
     Embedder,
@@ -52,7 +53,7 @@ from ngram_trie_rag.retrieval import (
 from ngram_trie_rag.retrieval.corpus import PassageCorpus
 from ngram_trie_rag.retrieval.jsonl import read_jsonl
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = shared_data_dir()
 DEFAULT_QUESTIONS = DATA / "nq_open" / "nq-open-oracle.jsonl.gz"
 DEFAULT_CORPUS = DATA / "wiki_passages" / "passages.jsonl"
 # Appended to each question: EM needs a short answer, not a paragraph.

@@ -33,6 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ngram_trie_rag.reference import shared_data_dir  # noqa: E402
 from ngram_trie_rag.retrieval import Embedder, LLMReranker, Passage, VectorIndex  # noqa: E402
 from ngram_trie_rag.retrieval.corpus import PassageCorpus  # noqa: E402
 from ngram_trie_rag.retrieval.jsonl import read_jsonl  # noqa: E402
@@ -42,8 +43,7 @@ from ngram_trie_rag.retrieval.policy import (  # noqa: E402
     pq_m_for_dim,
 )
 
-# The shared data folder sits beside the checkout; NGRAM_TRIE_RAG_DATA overrides.
-DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA", ROOT.parent / "shared" / "data"))
+DATA = shared_data_dir()
 NQ = DATA / "nq_open" / "nq-open-oracle.jsonl.gz"
 WIKI = DATA / "wiki_passages" / "passages.jsonl"
 

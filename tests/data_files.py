@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from itertools import islice
-from pathlib import Path
 
 import pytest
 
+from ngram_trie_rag.reference import shared_data_dir
 from ngram_trie_rag.retrieval.jsonl import read_jsonl as read_rows
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED_DATA = shared_data_dir()
 
 
 def read_jsonl(relative: str, limit: int | None = None) -> list[dict]:

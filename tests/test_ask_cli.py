@@ -61,3 +61,9 @@ def test_errors_are_one_line(case: str, tmp_path: Path, capsys) -> None:
         err = _one_line_error(capsys, ["ask", str(SAMPLE), "q?", "--model",
                                        str(tmp_path / "no-model"), *cache])
         assert "does not exist" in err
+
+
+def test_demo_finds_the_bundled_documents() -> None:
+    from ngram_trie_rag.commands.demo import sample_docs_dir
+
+    assert sorted(p.suffix for p in sample_docs_dir().iterdir() if p.is_file())

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 from data_files import read_jsonl
-from greedy_reference import greedy_reference
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.engine import Engine, LatencyCurve
 from ngram_trie_rag.engine.latency import SIZES
+from ngram_trie_rag.reference import greedy_reference
 
 MAX_NEW = 64
 

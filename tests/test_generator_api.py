@@ -6,11 +6,11 @@ import threading
 
 import pytest
 import torch
-from greedy_reference import greedy_reference
 from tiny_model import tiny_llama
 
 from ngram_trie_rag import DraftConfig, SpeculativeGenerator
 from ngram_trie_rag.loading import ModelNotFoundError, load_model
+from ngram_trie_rag.reference import greedy_reference
 
 QUESTION = [{"role": "user", "content": "List the first five letters of the alphabet."}]
 DOCS = ["The first five letters of the alphabet are A, B, C, D and E.",

@@ -6,12 +6,12 @@ import threading
 
 import pytest
 import torch
-from greedy_reference import greedy_reference
 from tiny_model import tiny_llama
 
 from ngram_trie_rag.engine import linear_layout
 from ngram_trie_rag.engine.kv_cache import MIN_SLACK, BufferLayer, cache_kwargs, compact, new_cache
 from ngram_trie_rag.engine.latency import LatencyCurve
+from ngram_trie_rag.reference import greedy_reference
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 7])

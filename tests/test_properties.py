@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from greedy_reference import greedy_reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiny_model import tiny_llama
 
 from ngram_trie_rag import DraftTree, SpeculativeGenerator
 from ngram_trie_rag.drafting.proposers import PROPOSERS
+from ngram_trie_rag.reference import greedy_reference
 
 # Seeds whose greedy answers run long before EOS (token 1), so drafts get exercised.
 MODELS = {i: tiny_llama(seed=seed, vocab_size=24, init_scale=0.6 if seed == 3 else 0.4)

@@ -6,11 +6,11 @@ import itertools
 import math
 
 import torch
-from greedy_reference import greedy_reference
 from scipy.stats import chisquare
 from tiny_model import tiny_llama
 
 from ngram_trie_rag import SamplingParams, SpeculativeGenerator
+from ngram_trie_rag.reference import greedy_reference
 from ngram_trie_rag.sampling import probabilities
 
 PROMPT = [2, 3, 4, 5, 2, 3]

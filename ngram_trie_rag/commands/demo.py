@@ -12,20 +12,19 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 DEFAULT_QUESTION = "How does the n-gram trie choose which draft tokens to verify?"
 
 
 def sample_docs_dir() -> Path:
     """The bundled sample documents (shipped inside the package)."""
-    return Path(__file__).parent / "sample_docs"
+    return Path(__file__).resolve().parents[1] / "sample_docs"
 
 
 def run_demo(question: str = DEFAULT_QUESTION, max_new_tokens: int = 128,
              dtype: str | None = None, top_n: int = 3) -> int:
     from ..generator import SpeculativeGenerator
     from ..prompts import rag_messages
+    from ..reference import greedy_reference
     from ..retrieval import Retriever
 
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
@@ -39,12 +38,11 @@ def run_demo(question: str = DEFAULT_QUESTION, max_new_tokens: int = 128,
     ids = gen.encode_prompt(messages)
 
     # Warm up both paths once so neither pays one-off costs in the timed runs.
-    gen.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=4)
+    greedy_reference(gen.model, ids, 4)
     gen.generate(messages, docs, max_new_tokens=4)
 
     start = time.perf_counter()
-    plain = gen.model.generate(torch.tensor([ids]), do_sample=False,
-                               max_new_tokens=max_new_tokens)[0, len(ids):].tolist()
+    plain = greedy_reference(gen.model, ids, max_new_tokens)
     plain_s = time.perf_counter() - start
     start = time.perf_counter()
     result = gen.generate(messages, docs, max_new_tokens=max_new_tokens)

@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 import pytest
 from data_files import read_jsonl
-from greedy_reference import greedy_reference
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage
@@ -54,6 +53,7 @@ from llama_index.llms.ngram_trie import (
 from stress_scale import scale
 
 from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.reference import greedy_reference
 from ngram_trie_rag.retrieval import Embedder
 
 # Concurrent requests per burst: 12 in make test (the integrations' own tests already run

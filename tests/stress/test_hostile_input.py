@@ -7,11 +7,11 @@ import random
 
 import numpy as np
 import pytest
-from greedy_reference import greedy_reference
 from stress_scale import scale
 from tiny_model import tiny_llama
 
 from ngram_trie_rag import NGramTrie, SpeculativeGenerator
+from ngram_trie_rag.reference import greedy_reference
 
 QUESTION = [{"role": "user", "content": "Summarise the documents in one sentence."}]
 

@@ -8,13 +8,11 @@ import json
 import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.embeddings import Embeddings  # noqa: E402
@@ -24,9 +22,9 @@ from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 from ngram_trie_rag import shared_generator  # noqa: E402
+from ngram_trie_rag.reference import greedy_reference, shared_data_dir  # noqa: E402
 
-# The shared data folder sits beside the project root.
-HAGRID = Path(__file__).resolve().parents[4] / "shared" / "data" / "hagrid" / "hagrid.jsonl"
+HAGRID = shared_data_dir() / "hagrid" / "hagrid.jsonl"
 NUM_QUESTIONS = 16
 ANSWER_TOKENS = 40
 
@@ -115,11 +113,7 @@ def fmt() -> Callable[[list[Document]], str]:
 
 def plain_greedy_ids(gen, ids: list[int], max_new_tokens: int) -> list[int]:
     """Reference decoding: Hugging Face ``generate`` without any drafting."""
-    input_ids = torch.tensor([ids])
-    with torch.inference_mode():
-        out = gen.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                                 do_sample=False, max_new_tokens=max_new_tokens)
-    return out[0, len(ids):].tolist()
+    return greedy_reference(gen.model, ids, max_new_tokens)
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import torch
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
@@ -24,8 +22,9 @@ from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMComp
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+from ngram_trie_rag.reference import greedy_reference, shared_data_dir
 
-SHARED_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+SHARED_DATA = shared_data_dir()
 WIKI = SHARED_DATA / "wiki_passages" / "passages.jsonl"
 
 
@@ -73,13 +72,7 @@ class PlainGreedyLLM(CustomLLM):
         key = (tuple(ids), limit)
         with self._lock:
             if key not in self._cache:
-                with torch.inference_mode():
-                    mask = torch.ones(1, len(ids), dtype=torch.long)
-                    out = self._gen.model.generate(
-                        torch.tensor([ids]), attention_mask=mask,
-                        do_sample=False, max_new_tokens=limit,
-                    )
-                new = out[0, len(ids):].tolist()
+                new = greedy_reference(self._gen.model, ids, limit)
                 self._cache[key] = self._gen.tokenizer.decode(new, skip_special_tokens=True)
             return self._cache[key]
 

@@ -1,8 +1,14 @@
-"""The plain greedy answer every speculative greedy answer must equal, token for token."""
+"""References the speculative paths are checked against: plain greedy decoding, and the
+shared benchmark data.
+
+Tests, examples, scripts and the demo all compare against the same ``generate`` call and
+read data from the same folder, so both are written once, here."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -17,3 +23,15 @@ def greedy_reference(model: torch.nn.Module, prompt_ids: Sequence[int],
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                              do_sample=False, max_new_tokens=max_new_tokens)
     return out[0, ids.shape[1]:].tolist()
+
+
+DATA_ENV = "NGRAM_TRIE_RAG_DATA"
+
+
+def shared_data_dir() -> Path:
+    """The benchmark and test data folder: ``$NGRAM_TRIE_RAG_DATA``, else ``shared/data``
+    beside a source checkout of this project (the folder is not part of the package)."""
+    env = os.environ.get(DATA_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "shared" / "data"
