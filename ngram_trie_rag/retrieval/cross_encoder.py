@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .embedder import _first_line, default_device
-from .errors import ModelLoadError
+from .embedder import default_device, load_local
 from .reranker_base import BaseReranker
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -48,19 +47,9 @@ class CrossEncoderReranker(BaseReranker):
         if self._model is None:
             from sentence_transformers import CrossEncoder
 
-            from ..loading import offline
-
-            offline()  # a name must already be in the local Hugging Face cache
-            try:
-                self._model = CrossEncoder(
-                    self.name, device=self.device or default_device(), max_length=self.max_length,
-                    local_files_only=True,
-                )
-            except (OSError, ValueError) as exc:
-                raise ModelLoadError(
-                    f"cannot load cross-encoder {self.name!r}: not a local folder nor in the "
-                    f"offline Hugging Face cache ({_first_line(exc)})"
-                ) from exc
+            self._model = load_local(CrossEncoder, self.name, "cross-encoder",
+                                     device=self.device or default_device(),
+                                     max_length=self.max_length)
         return self._model
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:

@@ -61,6 +61,22 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+def load_local(cls: type, name: str, what: str, **kwargs) -> object:
+    """``cls(name, local_files_only=True, **kwargs)`` (a sentence-transformers model class)
+    with the hub offline: ``name`` must be a local folder or already in the local Hugging
+    Face cache. A failure is one :class:`ModelLoadError` naming ``what`` could not load."""
+    from ..loading import offline
+
+    offline()
+    try:
+        return cls(name, local_files_only=True, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(
+            f"cannot load {what} {name!r}: not a local folder nor in the offline Hugging "
+            f"Face cache ({_first_line(exc)})"
+        ) from exc
+
+
 class Embedder:
     """Batched sentence embeddings; ``encode(texts) -> float32 (N, dim)``, rows unit-norm."""
 
@@ -85,19 +101,8 @@ class Embedder:
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
-            from ..loading import offline
-
-            offline()  # a name must already be in the local Hugging Face cache
-            try:
-                self._model = SentenceTransformer(
-                    self._load_from, device=self.device or default_device(),
-                    local_files_only=True,
-                )
-            except (OSError, ValueError) as exc:
-                raise ModelLoadError(
-                    f"cannot load embedder {self.name!r}: not a local sentence-transformers "
-                    f"folder nor in the offline Hugging Face cache ({_first_line(exc)})"
-                ) from exc
+            self._model = load_local(SentenceTransformer, self._load_from, "embedder",
+                                     device=self.device or default_device())
         return self._model
 
     @property
