@@ -27,3 +27,15 @@ def test_docs_build_strict(tmp_path: Path) -> None:
 def test_readme_shows_the_two_commands() -> None:
     readme = (ROOT / "README.md").read_text()
     assert readme.index("make demo") < readme.index("make test") < readme.index("## Use it")
+
+
+def test_module_map_names_every_module() -> None:
+    """docs/how-it-works.md's module map lists every module of the core packages."""
+    text = (ROOT / "docs" / "how-it-works.md").read_text()
+    block = text.split("## 0. Module map", 1)[1].split("```", 2)[1]
+    package = ROOT / "ngram_trie_rag"
+    modules = [*package.glob("*.py"), *package.glob("drafting/*.py"),
+               *package.glob("engine/*.py")]
+    missing = [str(p.relative_to(package)) for p in modules
+               if p.name != "__init__.py" and p.name not in block]
+    assert not missing, f"not in the module map: {missing}"
