@@ -62,6 +62,22 @@ class DraftTree:
                          self.match_len, None, self.ranks()[keep],
                          None if self.node_match is None else self.node_match[keep])
 
+    def best_path(self) -> list[int]:
+        """Tokens of the chain that follows the best-ranked child at every level (for a
+        verifier of chains, not trees). Example: ranks of ``cat sat`` / ``dog`` as in the
+        class docstring, ``cat`` ranked first -> ``[cat, sat]``."""
+        rank = self.ranks()
+        best: dict[int, int] = {}  # parent -> its best-ranked child
+        for i, par in enumerate(self.parents.tolist()):
+            if par not in best or rank[i] < rank[best[par]]:
+                best[par] = i
+        out: list[int] = []
+        node = best.get(-1)
+        while node is not None:
+            out.append(int(self.tokens[node]))
+            node = best.get(node)
+        return out
+
     def path_nodes(self, tokens: list[int]) -> list[int]:
         """Indices of the nodes along ``tokens`` from the top, as far as the tree has them."""
         children = self.children()
