@@ -31,7 +31,6 @@ from pathlib import Path
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.data import load_items
-from ngram_trie_rag.bench.methods import with_draft
 from ngram_trie_rag.bench.runner import encode_item
 from ngram_trie_rag.bench.sweep import replay_cell
 from ngram_trie_rag.drafting.budget import DraftBudget
@@ -83,7 +82,7 @@ def main() -> None:
     oracle, clairvoyant = [], []
     # the paper's draft pinned at K nodes: in exact greedy decoding, the steps the
     # generator takes with that budget (replayed, with each step's node count)
-    pinned = {k: with_draft(gen, num_draft=k) for k in budgets}
+    pinned = {k: gen.reshaped(num_draft=k) for k in budgets}
     fixed: dict[int, list[int]] = {k: [] for k in budgets}
     bound: dict[int, list[int]] = {k: [] for k in budgets}
     fixed_nodes: dict[int, list[int]] = {k: [] for k in budgets}

@@ -31,7 +31,6 @@ from ngram_trie_rag.bench import (
 from ngram_trie_rag.bench.cli import add_parser, bench_config, main, sweep_config
 from ngram_trie_rag.bench.config import normalise_methods
 from ngram_trie_rag.bench.data import parse_row
-from ngram_trie_rag.bench.methods import with_draft
 from ngram_trie_rag.bench.plots import write_plots
 from ngram_trie_rag.bench.runner import encode_item, rotated
 from ngram_trie_rag.bench.sweep import replay_cell
@@ -163,7 +162,7 @@ def test_replay_matches_the_real_run(gen: SpeculativeGenerator, results: dict) -
     """The sweep's model-free replay reproduces the tree drafter's steps exactly, and
     the draft sizes it reports (what ``scripts/ceiling.py`` costs) are the run's."""
     items = load_items(RAG, limit=2)
-    cell = with_draft(gen, n=13, prefix_len=3, num_draft=8)
+    cell = gen.reshaped(n=13, prefix_len=3, num_draft=8)
     for item, p in zip(items, results["prompts"], strict=True):
         answer = p["reference_ids"]
         if len(answer) < MAX_NEW:  # ended by EOS: the last step's depth cap may differ

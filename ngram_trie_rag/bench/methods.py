@@ -165,12 +165,6 @@ def run_core(gen: SpeculativeGenerator, prompt_ids: list[int], documents: list[s
                                          "draft_source": s.draft_source})
 
 
-def with_draft(gen: SpeculativeGenerator, **changes: int) -> SpeculativeGenerator:
-    """A new generator over the same model and tokenizer (no reload), with its drafting
-    settings changed by ``changes``, and any state it keeps across calls starting fresh."""
-    return gen.reshaped(**changes)
-
-
 def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int | None,
                  pld_num_tokens: int, pld_max_ngram: int) -> dict[str, Runner]:
     """Name -> ``runner(prompt_ids, documents, max_new_tokens, hf_prefill_s) -> Run``.
@@ -184,8 +178,8 @@ def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int
     :func:`~ngram_trie_rag.bench.config.pinned_budget`) run the drafter with ``K``
     nodes pinned, on a generator of their own too.
     """
-    own = {m: with_draft(gen) for m in ("plain", "chain", "trie")}
-    runners = {name: _pinned_runner(with_draft(gen), *pin) for name in names
+    own = {m: gen.reshaped() for m in ("plain", "chain", "trie")}
+    runners = {name: _pinned_runner(gen.reshaped(), *pin) for name in names
                if (pin := pinned_budget(name)) is not None}
     known: dict[str, Runner] = {
         "vanilla": lambda ids, docs, new, pre: run_vanilla(gen, ids, new, pre),

@@ -25,7 +25,7 @@ from ..generator import SpeculativeGenerator
 from .config import REFERENCE, BenchConfig, RunConfig
 from .data import BenchItem, load_items
 from .meta import command_line, environment
-from .methods import Run, make_runners, measure_prefill, with_draft
+from .methods import Run, make_runners, measure_prefill
 from .metrics import pooled_oracle, summarise
 
 WARMUP_TOKENS = 8
@@ -41,7 +41,7 @@ def load_generator(cfg: RunConfig, generator: SpeculativeGenerator | None = None
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if generator is not None:
-        return with_draft(generator, **draft)
+        return generator.reshaped(**draft)
     return SpeculativeGenerator.from_pretrained(cfg.model, device=cfg.device, dtype=cfg.dtype,
                                                 **draft)
 

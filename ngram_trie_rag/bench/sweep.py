@@ -19,7 +19,7 @@ from ..generator import SpeculativeGenerator
 from .config import SweepConfig
 from .data import load_items
 from .meta import command_line, environment
-from .methods import Run, measure_prefill, run_core, run_vanilla, with_draft
+from .methods import Run, measure_prefill, run_core, run_vanilla
 from .metrics import pooled_oracle, ratio, summarise
 from .runner import WARMUP_TOKENS, encode_item, load_generator, rotated
 
@@ -48,7 +48,7 @@ def run_sweep(cfg: SweepConfig, generator: SpeculativeGenerator | None = None,
     items = load_items(cfg.data, cfg.limit)  # before the model: bad data fails fast
     gen = load_generator(cfg, generator)
     cells = cfg.cells()
-    gens = {c: with_draft(gen, n=c[0], prefix_len=c[1], num_draft=c[2]) for c in cells}
+    gens = {c: gen.reshaped(n=c[0], prefix_len=c[1], num_draft=c[2]) for c in cells}
     prompts = [encode_item(gen, it) for it in items]
 
     for _ in range(cfg.warmup):

@@ -111,15 +111,10 @@ def fmt() -> Callable[[list[Document]], str]:
     return format_docs
 
 
-def plain_greedy_ids(gen, ids: list[int], max_new_tokens: int) -> list[int]:
-    """Reference decoding: Hugging Face ``generate`` without any drafting."""
-    return greedy_reference(gen.model, ids, max_new_tokens)
-
-
 @pytest.fixture(scope="session")
 def greedy_text(gen) -> Callable[[list[int], int], str]:
     def run(ids: list[int], max_new_tokens: int) -> str:
-        new = plain_greedy_ids(gen, ids, max_new_tokens)
+        new = greedy_reference(gen.model, ids, max_new_tokens)
         return gen.tokenizer.decode(new, skip_special_tokens=True)
 
     return run
@@ -142,7 +137,7 @@ class PlainGreedyChat(BaseChatModel):
         ids = self.gen.tokenizer.apply_chat_template(chat, add_generation_prompt=True,
                                                      tokenize=True)
         ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-        new = plain_greedy_ids(self.gen, ids, self.max_tokens)
+        new = greedy_reference(self.gen.model, ids, self.max_tokens)
         text = self.gen.tokenizer.decode(new, skip_special_tokens=True)
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
 
