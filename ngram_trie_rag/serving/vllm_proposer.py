@@ -14,19 +14,25 @@ Per request the proposer keeps one Drafter (:class:`~ngram_trie_rag.serving.
 RequestDrafters`), built from that request's documents (its prompt when it has none),
 learning its generated tokens, dropped as soon as the request leaves the batch
 (finished, aborted or preempted). vLLM verifies chains: each row gets the trie's best
-path, at most ``k`` tokens. Greedy output is vLLM's own, token for token.
+path, at most ``k`` tokens, cut to what pays for its verification at the current batch
+size (:mod:`~ngram_trie_rag.serving.draft_length`). Greedy output is vLLM's own, token
+for token.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from ..drafting import DraftConfig
+from .draft_length import DraftLengths
 from .request_drafters import RequestDrafters
 
 DOCUMENTS = "ngram_trie_documents"  # the SamplingParams.extra_args key
+_log = logging.getLogger(__name__)
 _PATCH_LOCK = threading.Lock()
 
 
@@ -59,10 +65,13 @@ class TrieProposer:
     def __init__(self, vllm_config: Any) -> None:
         self.k = int(vllm_config.speculative_config.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
+        self.vocab_size = int(vllm_config.model_config.get_vocab_size())
         self._tokenizer_path = vllm_config.model_config.tokenizer
         self._tokenizer: Any = None
         self.drafters = RequestDrafters(DraftConfig())
+        self.lengths = DraftLengths()
         self.runner: Any = None
+        self._last_end: float | None = None  # when the last proposal returned
 
     def load_model(self, target_model: Any) -> None:
         """Nothing to load: drafting needs no model."""
@@ -72,38 +81,60 @@ class TrieProposer:
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
                 token_ids_cpu: Any, slot_mappings: Any = None) -> list[list[int]]:
-        """Draft tokens per batch row; ``[]`` for rows still in prefill or at the end."""
+        """Draft tokens per batch row; ``[]`` for rows still in prefill or at the end.
+
+        Each row's candidate is its trie's best path (at most ``k`` tokens); the
+        :class:`~ngram_trie_rag.serving.draft_length.DraftLengths` policy then keeps of
+        each only the tokens whose expected gain pays for their verification at this
+        batch size, from the step times and acceptances it has seen."""
+        started = time.perf_counter()
         if self.runner is None:
             raise RuntimeError("the ngram_trie_rag vLLM plugin is not loaded: install "
                                "ngram-trie-rag in vLLM's environment (its entry point "
                                "hands the proposer the model runner)")
         batch = self.runner.input_batch
-        rows = len(sampled_token_ids)
-        self.drafters.retain(batch.req_ids[:rows])
-        drafts: list[list[int]] = []
-        for i, sampled in enumerate(sampled_token_ids):
+        req_ids = list(batch.req_ids[:len(sampled_token_ids)])
+        self.drafters.retain(req_ids)
+        paths: list[list[int]] = []
+        for i, (req_id, sampled) in enumerate(zip(req_ids, sampled_token_ids, strict=True)):
             n = int(num_tokens_no_spec[i])
             room = min(self.k, self.max_model_len - n - 1)
             if not sampled or room < 1:
-                drafts.append([])
+                paths.append([])
                 continue
-            req_id = batch.req_ids[i]
             state = self.runner.requests[req_id]
             docs = None if req_id in self.drafters else self._documents(state.sampling_params)
-            drafts.append(self.drafters.propose(req_id, token_ids_cpu[i, :n].tolist(),
-                                                state.num_prompt_tokens, docs, room))
-        return drafts
+            paths.append(self.drafters.propose(req_id, token_ids_cpu[i, :n].tolist(),
+                                               state.num_prompt_tokens, docs, room))
+        # A row's sampled tokens are the ones it accepted from its last draft, plus one.
+        accepted = [len(s) - 1 if s else None for s in sampled_token_ids]
+        seconds = None if self._last_end is None else started - self._last_end
+        lengths = self.lengths.step(req_ids, accepted, seconds, [len(p) for p in paths])
+        self._last_end = time.perf_counter()
+        return [p[:m] for p, m in zip(paths, lengths, strict=True)]
 
     def _documents(self, params: Any) -> list[list[int]] | None:
-        """The request's documents as token ids (texts tokenised here), or None."""
-        docs: Sequence[Any] | None = (getattr(params, "extra_args", None) or {}).get(DOCUMENTS)
+        """The request's documents as token ids (texts tokenised here), or None.
+
+        Malformed documents (a client's mistake) must not take the engine down with every
+        other request in it: the request drafts from its prompt instead, and a warning
+        says why."""
+        docs: Any = (getattr(params, "extra_args", None) or {}).get(DOCUMENTS)
         if not docs:
             return None
-        if isinstance(docs, str):
-            raise TypeError(f"extra_args[{DOCUMENTS!r}] must be a list of documents")
+        if isinstance(docs, str) or not isinstance(docs, Sequence) or not all(
+                isinstance(d, str) or (isinstance(d, Sequence) and
+                                       all(isinstance(t, int) for t in d)) for d in docs):
+            _log.warning("extra_args[%r] must be a list of texts or of token-id lists; "
+                         "drafting this request from its prompt", DOCUMENTS)
+            return None
+        if any(not 0 <= t < self.vocab_size for d in docs if not isinstance(d, str) for t in d):
+            _log.warning("extra_args[%r] holds token ids outside the vocabulary (%d); "
+                         "drafting this request from its prompt", DOCUMENTS, self.vocab_size)
+            return None
         texts = [d for d in docs if isinstance(d, str)]
         encoded = iter(self._tokenize(texts) if texts else [])
-        return [next(encoded) if isinstance(d, str) else [int(t) for t in d] for d in docs]
+        return [next(encoded) if isinstance(d, str) else list(d) for d in docs]
 
     def _tokenize(self, texts: list[str]) -> list[list[int]]:
         if self._tokenizer is None:

@@ -1,0 +1,110 @@
+"""Draft lengths for a batching engine: the cost fit, the acceptance rates, and the
+choice that maximises tokens per second, on hand-computed numbers."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from ngram_trie_rag.serving.draft_length import (
+    AcceptRates,
+    DraftLengths,
+    StepCost,
+    choose_lengths,
+)
+
+
+def test_step_cost_recovers_a_line() -> None:
+    cost = StepCost(min_samples=4)
+    for n in (1, 5, 9, 17, 3, 12):
+        cost.observe(n, 0.040 + 0.003 * n)
+    a, b = cost.fit()
+    assert a == pytest.approx(0.040) and b == pytest.approx(0.003)
+
+
+def test_step_cost_is_unknown_until_tokens_vary() -> None:
+    cost = StepCost(min_samples=4)
+    for _ in range(3):
+        cost.observe(8, 0.05)
+    assert cost.fit() is None  # too few samples
+    cost.observe(8, 0.06)
+    assert cost.fit() is None  # four samples, one token count: no slope
+
+
+def test_accept_rates_count_each_depth_given_the_one_before() -> None:
+    rates = AcceptRates(decay=1.0, weight=0.0)  # own counts only
+    rates.observe("r", drafted=3, accepted=1)  # depth 1 taken, depth 2 refused, 3 untried
+    rates.observe("r", drafted=3, accepted=3)  # all taken
+    # q(1) = 2/2, q(2) = 1/2, q(3) = 1/1 -> c = 1, 0.5, 0.5
+    assert rates.cumulative("r", 3) == pytest.approx([1.0, 0.5, 0.5])
+
+
+def test_a_new_request_starts_from_the_batch_rates() -> None:
+    rates = AcceptRates(decay=1.0, weight=2.0)
+    for _ in range(8):
+        rates.observe("a", drafted=1, accepted=0)
+    # Batch-wide q(1) = (0 + 0.5) / (8 + 1) (a 0.5 prior worth one trial); "b" has none.
+    assert rates.cumulative("b", 1) == pytest.approx([0.5 / 9])
+    rates.retain(["b"])
+    assert rates.cumulative("a", 1) == pytest.approx([0.5 / 9])  # "a" forgotten
+
+
+def _best_by_enumeration(values: list[list[float]], a: float, b: float) -> float:
+    best = 0.0
+    for lengths in itertools.product(*(range(len(v) + 1) for v in values)):
+        emitted = len(values) + sum(sum(v[:k]) for v, k in zip(values, lengths, strict=True))
+        best = max(best, emitted / (a + b * (len(values) + sum(lengths))))
+    return best
+
+
+def test_choice_is_the_best_tokens_per_second() -> None:
+    rng = random.Random(0)
+    for _ in range(200):
+        values = []
+        for _ in range(rng.randint(1, 3)):
+            c, row = 1.0, []
+            for _ in range(rng.randint(0, 3)):
+                c *= rng.random()
+                row.append(c)
+            values.append(row)
+        a, b = rng.uniform(0, 0.1), rng.uniform(0.001, 0.02)
+        lengths = choose_lengths(values, a, b)
+        emitted = len(values) + sum(sum(v[:k]) for v, k in zip(values, lengths, strict=True))
+        got = emitted / (a + b * (len(values) + sum(lengths)))
+        assert got == pytest.approx(_best_by_enumeration(values, a, b))
+
+
+def _steady(policy: DraftLengths, rows: list[str], accept: int, seconds) -> list[int]:
+    """Steps where every row drafts its whole path of 4 and accepts ``accept`` of it."""
+    lengths = policy.step(rows, [None] * len(rows), None, [4] * len(rows))
+    for _ in range(40):
+        tokens = len(rows) + sum(lengths)
+        lengths = policy.step(rows, [min(accept, m) for m in lengths], seconds(tokens),
+                              [4] * len(rows))
+    return lengths
+
+
+def test_under_load_rarely_accepted_drafts_are_dropped() -> None:
+    rows = [f"r{i}" for i in range(16)]
+    policy = DraftLengths(explore_every=1000)
+    # Each token costs almost as much as a whole step's overhead and no draft token is
+    # ever accepted: verifying drafts only lowers tokens per second.
+    lengths = _steady(policy, rows, accept=0, seconds=lambda n: 0.010 + 0.004 * n)
+    assert lengths == [0] * 16
+
+
+def test_alone_with_a_fixed_step_cost_whole_paths_are_drafted() -> None:
+    policy = DraftLengths(explore_every=1000)
+    lengths = _steady(policy, ["r"], accept=4, seconds=lambda n: 0.040 + 0.001 * n)
+    assert lengths == [4]
+
+
+def test_new_rows_add_no_cost_sample() -> None:
+    policy = DraftLengths()
+    policy.step(["a"], [None], None, [3])
+    policy.step(["a", "b"], [1, None], 0.5, [3, 3])  # "b" was prefilled in that step
+    assert policy.cost.samples == 0
+    policy.step(["a", "b"], [0, 2], 0.05, [3, 3])
+    assert policy.cost.samples == 1
