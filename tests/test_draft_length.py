@@ -13,6 +13,7 @@ from ngram_trie_rag.serving.draft_length import (
     DraftLengths,
     StepCost,
     choose_lengths,
+    token_class,
 )
 
 
@@ -33,22 +34,31 @@ def test_step_cost_is_unknown_until_tokens_vary() -> None:
     assert cost.fit() is None  # four samples, one token count: no slope
 
 
-def test_accept_rates_count_each_depth_given_the_one_before() -> None:
+def test_token_classes() -> None:
+    assert token_class(1, 0.3, 5) == 0  # first token, one continuation of several
+    assert token_class(1, 1.0, 1) == 2  # first token, the only continuation, seen once
+    assert token_class(3, 1.0, 4) == 7  # deeper, the only continuation, seen 4 times
+    assert token_class(2, 0.7, 9) == 5
+
+
+def test_accept_rates_count_each_token_given_the_ones_before() -> None:
     rates = AcceptRates(decay=1.0, weight=0.0)  # own counts only
-    rates.observe("r", drafted=3, accepted=1)  # depth 1 taken, depth 2 refused, 3 untried
-    rates.observe("r", drafted=3, accepted=3)  # all taken
-    # q(1) = 2/2, q(2) = 1/2, q(3) = 1/1 -> c = 1, 0.5, 0.5
-    assert rates.cumulative("r", 3) == pytest.approx([1.0, 0.5, 0.5])
+    rates.observe("r", [2, 6, 7], accepted=1)  # class 2 taken, 6 refused, 7 untried
+    rates.observe("r", [2, 7, 7], accepted=3)  # all taken
+    # q(2) = 2/2, q(6) = 0/1, q(7) = 2/2
+    assert rates.cumulative("r", [2, 7, 7]) == pytest.approx([1.0, 1.0, 1.0])
+    assert rates.cumulative("r", [2, 6, 7]) == pytest.approx([1.0, 0.0, 0.0])
 
 
 def test_a_new_request_starts_from_the_batch_rates() -> None:
     rates = AcceptRates(decay=1.0, weight=2.0)
     for _ in range(8):
-        rates.observe("a", drafted=1, accepted=0)
-    # Batch-wide q(1) = (0 + 0.5) / (8 + 1) (a 0.5 prior worth one trial); "b" has none.
-    assert rates.cumulative("b", 1) == pytest.approx([0.5 / 9])
+        rates.observe("a", [0], accepted=0)
+    # Batch-wide q(0) = (0 + 0.5) / (8 + 1) (a 0.5 prior worth one trial); "b" has none.
+    assert rates.cumulative("b", [0]) == pytest.approx([0.5 / 9])
+    assert rates.cumulative("b", [3]) == pytest.approx([0.5])  # a class never tried
     rates.retain(["b"])
-    assert rates.cumulative("a", 1) == pytest.approx([0.5 / 9])  # "a" forgotten
+    assert rates.cumulative("a", [0]) == pytest.approx([0.5 / 9])  # "a" forgotten
 
 
 def _best_by_enumeration(values: list[list[float]], a: float, b: float) -> float:
@@ -77,12 +87,13 @@ def test_choice_is_the_best_tokens_per_second() -> None:
 
 
 def _steady(policy: DraftLengths, rows: list[str], accept: int, seconds) -> list[int]:
-    """Steps where every row drafts its whole path of 4 and accepts ``accept`` of it."""
-    lengths = policy.step(rows, [None] * len(rows), None, [4] * len(rows))
+    """Steps where every row has a path of 4 and accepts ``accept`` of what it drafts."""
+    path = [3, 7, 7, 7]
+    lengths = policy.step(rows, [None] * len(rows), None, [path] * len(rows))
     for _ in range(40):
         tokens = len(rows) + sum(lengths)
         lengths = policy.step(rows, [min(accept, m) for m in lengths], seconds(tokens),
-                              [4] * len(rows))
+                              [path] * len(rows))
     return lengths
 
 
@@ -103,8 +114,9 @@ def test_alone_with_a_fixed_step_cost_whole_paths_are_drafted() -> None:
 
 def test_new_rows_add_no_cost_sample() -> None:
     policy = DraftLengths()
-    policy.step(["a"], [None], None, [3])
-    policy.step(["a", "b"], [1, None], 0.5, [3, 3])  # "b" was prefilled in that step
+    path = [3, 7, 7]
+    policy.step(["a"], [None], None, [path])
+    policy.step(["a", "b"], [1, None], 0.5, [path, path])  # "b" was prefilled in that step
     assert policy.cost.samples == 0
-    policy.step(["a", "b"], [0, 2], 0.05, [3, 3])
+    policy.step(["a", "b"], [0, 2], 0.05, [path, path])
     assert policy.cost.samples == 1

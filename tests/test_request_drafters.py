@@ -20,6 +20,22 @@ def test_best_path_follows_the_best_ranked_child() -> None:
     assert DraftTree.empty().best_path() == []
 
 
+def test_sibling_shares_are_each_continuations_part() -> None:
+    # after the match: cat x3 (then sat x3), dog x1
+    tree = DraftTree(np.array([7, 8, 9]), np.array([-1, 0, -1]), np.array([1, 2, 1]),
+                     frequencies=np.array([3, 3, 1]))
+    assert tree.sibling_shares().tolist() == pytest.approx([0.75, 1.0, 0.25])
+
+
+def test_draft_tokens_come_with_how_sure_the_trie_was() -> None:
+    pool = RequestDrafters(CONFIG)
+    # "1 2" was followed by 3 twice and by 5 once; 3 is then always followed by 4
+    path, classes = pool.propose_classed("r", [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 1, 2], 13,
+                                         None, k=2)
+    assert path == [3, 4]
+    assert classes == [1, 7]  # first token, share 2/3; deeper, the only one, seen twice
+
+
 def test_prompt_drafting_and_learning() -> None:
     pool = RequestDrafters(CONFIG)
     assert pool.propose("r1", [1, 2, 3, 4, 1, 2], 6, None, k=3) == [3, 4, 1]

@@ -78,6 +78,17 @@ class DraftTree:
             node = best.get(node)
         return out
 
+    def sibling_shares(self) -> np.ndarray:
+        """(N,) each node's frequency over the summed frequencies of it and its siblings
+        in this tree: how often it was the continuation, of those kept. All 1.0 without
+        frequencies."""
+        if not self.frequencies.size:
+            return np.ones(len(self))
+        freq = self.frequencies.astype(np.float64)
+        totals = np.zeros(len(self) + 1)  # [parent + 1] -> sum over its children
+        np.add.at(totals, self.parents + 1, freq)
+        return freq / np.maximum(totals[self.parents + 1], 1e-12)
+
     def path_nodes(self, tokens: list[int]) -> list[int]:
         """Indices of the nodes along ``tokens`` from the top, as far as the tree has them."""
         children = self.children()

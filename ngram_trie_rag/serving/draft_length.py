@@ -8,9 +8,10 @@ rarely accepted lower throughput. Modelled from what the engine shows each step:
 - cost: ``T(N) = a + b * N`` seconds, fitted by exponentially weighted least squares
   on the wall time between consecutive proposals (:class:`StepCost`);
 - value: the chance that a row's draft token at depth ``j`` is accepted, ``c(j) =
-  q(1) * ... * q(j)``, where ``q(j)`` is the acceptance rate at depth ``j`` given depth
-  ``j - 1`` was accepted: the request's own counts, shrunk to the batch-wide rate
-  (:class:`AcceptRates`).
+  q(1) * ... * q(j)``, where ``q`` is the acceptance rate, given the tokens before were
+  accepted, of tokens like it (:func:`token_class`: how dominant the token was among
+  the trie's continuations, and whether it is the first): the request's own counts,
+  shrunk to the batch-wide rate (:class:`AcceptRates`).
 
 A step emits ``E = rows + sum c`` tokens in ``T`` seconds. Adding one draft token of
 value ``c`` raises ``E / T`` iff ``c / b > E / T``; since every token costs the same
@@ -63,33 +64,46 @@ class StepCost:
         return a, b
 
 
+def token_class(depth: int, share: float, frequency: int) -> int:
+    """Which acceptance rate a draft token is judged by (0..7).
+
+    ``share`` is the token's frequency over its siblings' in the trie (how often this
+    continuation followed, of all that did); ``frequency`` its count. The first token
+    (depth 1) is kept apart: it alone depends on how well the tail matched.
+    """
+    if share < 0.5:
+        level = 0
+    elif share < 0.99:
+        level = 1
+    else:
+        level = 2 if frequency < 2 else 3  # the only continuation: seen once, or more
+    return (0 if depth == 1 else 4) + level
+
+
+NUM_CLASSES = 8
+
+
 @dataclass
 class _Counts:
-    tried: list[float] = field(default_factory=list)  # [depth - 1] -> weighted trials
-    taken: list[float] = field(default_factory=list)  # [depth - 1] -> weighted acceptances
+    tried: list[float] = field(default_factory=lambda: [0.0] * NUM_CLASSES)  # weighted
+    taken: list[float] = field(default_factory=lambda: [0.0] * NUM_CLASSES)
 
-    def add(self, drafted: int, accepted: int, decay: float = 1.0) -> None:
-        # Depth j was tried iff j <= drafted and depth j - 1 was accepted: j <= accepted + 1.
-        grow = drafted - len(self.tried)
-        if grow > 0:
-            self.tried += [0.0] * grow
-            self.taken += [0.0] * grow
+    def add(self, classes: Sequence[int], accepted: int, decay: float = 1.0) -> None:
+        # Token j was tried iff every token before it was accepted: j <= accepted.
         if decay != 1.0:
             self.tried = [x * decay for x in self.tried]
             self.taken = [x * decay for x in self.taken]
-        for j in range(min(drafted, accepted + 1)):
-            self.tried[j] += 1.0
-            self.taken[j] += 1.0 if j < accepted else 0.0
+        for j, cls in enumerate(classes[:accepted + 1]):
+            self.tried[cls] += 1.0
+            self.taken[cls] += 1.0 if j < accepted else 0.0
 
-    def rate(self, depth: int, prior: float, weight: float) -> float:
-        i = depth - 1
-        if i >= len(self.tried):
-            return prior
-        return (self.taken[i] + weight * prior) / (self.tried[i] + weight)
+    def rate(self, cls: int, prior: float, weight: float) -> float:
+        return (self.taken[cls] + weight * prior) / (self.tried[cls] + weight)
 
 
 class AcceptRates:
-    """Per-depth acceptance rates: batch-wide, and per request shrunk toward them."""
+    """Acceptance rate per token class, given the tokens before it were accepted:
+    batch-wide, and per request shrunk toward the batch-wide rate."""
 
     def __init__(self, decay: float = 0.995, weight: float = 2.0) -> None:
         self.decay = decay
@@ -97,20 +111,21 @@ class AcceptRates:
         self._all = _Counts()
         self._by_request: dict[str, _Counts] = {}
 
-    def observe(self, req_id: str, drafted: int, accepted: int) -> None:
-        if drafted < 1:
+    def observe(self, req_id: str, classes: Sequence[int], accepted: int) -> None:
+        """``classes``: the classes of the tokens drafted; ``accepted`` of them taken."""
+        if not classes:
             return
-        accepted = max(0, min(accepted, drafted))
-        self._all.add(drafted, accepted, self.decay)
-        self._by_request.setdefault(req_id, _Counts()).add(drafted, accepted)
+        accepted = max(0, min(accepted, len(classes)))
+        self._all.add(classes, accepted, self.decay)
+        self._by_request.setdefault(req_id, _Counts()).add(classes, accepted)
 
-    def cumulative(self, req_id: str, k: int) -> list[float]:
-        """``c(1..k)`` for ``req_id``: the chance each depth's token is accepted."""
+    def cumulative(self, req_id: str, classes: Sequence[int]) -> list[float]:
+        """``c(1..k)`` for a path of tokens of ``classes``: each one's acceptance chance."""
         own = self._by_request.get(req_id, _Counts())
         out, c = [], 1.0
-        for depth in range(1, k + 1):
-            batch = self._all.rate(depth, prior=0.5, weight=1.0)
-            c *= own.rate(depth, prior=batch, weight=self.weight)
+        for cls in classes:
+            batch = self._all.rate(cls, prior=0.5, weight=1.0)
+            c *= own.rate(cls, prior=batch, weight=self.weight)
             out.append(c)
         return out
 
@@ -157,8 +172,9 @@ class DraftLengths:
 
     Call :meth:`step` once per proposal with the rows' request ids, the tokens each row
     accepted from its last draft (None where the row is new or not decoding), the
-    seconds since the last proposal ended, and each row's full candidate path length;
-    it returns the lengths to draft and remembers them for the next step.
+    seconds since the last proposal ended, and the :func:`token_class` of each token of
+    each row's candidate path; it returns how many of them to draft, and remembers
+    what was drafted for the next step.
     """
 
     def __init__(self, explore_every: int = 16, seed: int = 0) -> None:
@@ -166,21 +182,21 @@ class DraftLengths:
         self.rates = AcceptRates()
         self.explore_every = explore_every
         self._rng = random.Random(seed)
-        self._drafted: dict[str, int] = {}
+        self._drafted: dict[str, Sequence[int]] = {}  # req id -> classes drafted
         self._steps = 0
 
     def step(self, req_ids: Sequence[str], accepted: Sequence[int | None],
-             seconds: float | None, path_lengths: Sequence[int]) -> list[int]:
+             seconds: float | None, classes: Sequence[Sequence[int]]) -> list[int]:
         self._observe(req_ids, accepted, seconds)
         self._steps += 1
         fit = self.cost.fit()
         if fit is None or self._steps % self.explore_every == 0:
-            lengths = [self._rng.randint(0, n) for n in path_lengths]
+            lengths = [self._rng.randint(0, len(c)) for c in classes]
         else:
-            values = [self.rates.cumulative(r, n)
-                      for r, n in zip(req_ids, path_lengths, strict=True)]
+            values = [self.rates.cumulative(r, c)
+                      for r, c in zip(req_ids, classes, strict=True)]
             lengths = choose_lengths(values, *fit)
-        self._drafted = dict(zip(req_ids, lengths, strict=True))
+        self._drafted = {r: c[:m] for r, c, m in zip(req_ids, classes, lengths, strict=True)}
         return lengths
 
     def _observe(self, req_ids: Sequence[str], accepted: Sequence[int | None],
@@ -188,9 +204,10 @@ class DraftLengths:
         # The step just verified the previous drafts of every row here, if all of them
         # were there last step too and decoding (new rows mean prefill work in the step).
         whole = seconds is not None and all(
-            r in self._drafted and n is not None for r, n in zip(req_ids, accepted, strict=True))
+            r in self._drafted and n is not None
+            for r, n in zip(req_ids, accepted, strict=True))
         if whole:
-            tokens = sum(1 + self._drafted[r] for r in req_ids)
+            tokens = sum(1 + len(self._drafted[r]) for r in req_ids)
             self.cost.observe(tokens, float(seconds))  # type: ignore[arg-type]
         for r, n in zip(req_ids, accepted, strict=True):
             if n is not None and r in self._drafted:

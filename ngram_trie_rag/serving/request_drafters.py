@@ -21,7 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..drafting import DraftConfig, Drafter
+from .draft_length import token_class
 
 
 @dataclass
@@ -60,8 +63,15 @@ class RequestDrafters:
                 documents: Sequence[Sequence[int]] | None, k: int) -> list[int]:
         """Up to ``k`` draft tokens to follow ``tokens`` (the request's committed ids:
         prompt, then generated). ``documents`` (token ids) are read on first sight only."""
+        return self.propose_classed(req_id, tokens, num_prompt, documents, k)[0]
+
+    def propose_classed(self, req_id: str, tokens: Sequence[int], num_prompt: int,
+                        documents: Sequence[Sequence[int]] | None,
+                        k: int) -> tuple[list[int], list[int]]:
+        """:meth:`propose`, with each draft token's :func:`~ngram_trie_rag.serving.
+        draft_length.token_class` (how sure the trie was of it) for the length policy."""
         if k < 1:
-            return []
+            return [], []
         entry = self._entries.get(req_id)
         if entry is None:
             if len(self._entries) >= self.max_requests:
@@ -73,7 +83,13 @@ class RequestDrafters:
         if len(tokens) > entry.seen:
             entry.drafter.update(tokens[entry.seen:])
             entry.seen = len(tokens)
-        return entry.drafter.propose(k).best_path()[:k]
+        tree = entry.drafter.propose(k)
+        path = tree.best_path()[:k]
+        nodes = tree.path_nodes(path)
+        shares = tree.sibling_shares()
+        freqs = tree.frequencies if tree.frequencies.size else np.ones(len(tree), np.int64)
+        return path, [token_class(int(tree.depths[i]), float(shares[i]), int(freqs[i]))
+                      for i in nodes]
 
     def retain(self, live: Iterable[str]) -> None:
         """Forget every request not in ``live``."""

@@ -96,20 +96,24 @@ class TrieProposer:
         req_ids = list(batch.req_ids[:len(sampled_token_ids)])
         self.drafters.retain(req_ids)
         paths: list[list[int]] = []
+        classes: list[list[int]] = []
         for i, (req_id, sampled) in enumerate(zip(req_ids, sampled_token_ids, strict=True)):
             n = int(num_tokens_no_spec[i])
             room = min(self.k, self.max_model_len - n - 1)
             if not sampled or room < 1:
                 paths.append([])
+                classes.append([])
                 continue
             state = self.runner.requests[req_id]
             docs = None if req_id in self.drafters else self._documents(state.sampling_params)
-            paths.append(self.drafters.propose(req_id, token_ids_cpu[i, :n].tolist(),
-                                               state.num_prompt_tokens, docs, room))
+            path, kinds = self.drafters.propose_classed(
+                req_id, token_ids_cpu[i, :n].tolist(), state.num_prompt_tokens, docs, room)
+            paths.append(path)
+            classes.append(kinds)
         # A row's sampled tokens are the ones it accepted from its last draft, plus one.
         accepted = [len(s) - 1 if s else None for s in sampled_token_ids]
         seconds = None if self._last_end is None else started - self._last_end
-        lengths = self.lengths.step(req_ids, accepted, seconds, [len(p) for p in paths])
+        lengths = self.lengths.step(req_ids, accepted, seconds, classes)
         self._last_end = time.perf_counter()
         return [p[:m] for p, m in zip(paths, lengths, strict=True)]
 
