@@ -17,12 +17,19 @@ from ngram_trie_rag.serving.draft_length import (
 )
 
 
-def test_step_cost_recovers_a_line() -> None:
+def test_step_cost_recovers_a_plane() -> None:
+    cost = StepCost(min_samples=4)
+    for n, r in ((1, 0), (5, 1), (9, 1), (17, 2), (3, 1), (12, 0), (20, 2)):
+        cost.observe(n, 0.040 + 0.003 * n + 0.010 * r, r)
+    a, b, e = cost.fit()
+    assert (a, b, e) == pytest.approx((0.040, 0.003, 0.010))
+
+
+def test_step_cost_without_spread_in_drafting_rows_fits_a_line() -> None:
     cost = StepCost(min_samples=4)
     for n in (1, 5, 9, 17, 3, 12):
-        cost.observe(n, 0.040 + 0.003 * n)
-    a, b = cost.fit()
-    assert a == pytest.approx(0.040) and b == pytest.approx(0.003)
+        cost.observe(n, 0.040 + 0.003 * n, 1)
+    assert cost.fit() == pytest.approx((0.040, 0.003, 0.0))
 
 
 def test_step_cost_is_unknown_until_tokens_vary() -> None:
@@ -61,12 +68,14 @@ def test_a_new_request_starts_from_the_batch_rates() -> None:
     assert rates.cumulative("a", [0]) == pytest.approx([0.5 / 9])  # "a" forgotten
 
 
-def _best_by_enumeration(values: list[list[float]], a: float, b: float) -> float:
-    best = 0.0
-    for lengths in itertools.product(*(range(len(v) + 1) for v in values)):
-        emitted = len(values) + sum(sum(v[:k]) for v, k in zip(values, lengths, strict=True))
-        best = max(best, emitted / (a + b * (len(values) + sum(lengths))))
-    return best
+def _rate(values: list[list[float]], lengths, a: float, b: float, e: float) -> float:
+    emitted = len(values) + sum(sum(v[:k]) for v, k in zip(values, lengths, strict=True))
+    return emitted / (a + b * (len(values) + sum(lengths)) + e * sum(k > 0 for k in lengths))
+
+
+def _best_by_enumeration(values: list[list[float]], a: float, b: float, e: float) -> float:
+    return max(_rate(values, lengths, a, b, e)
+               for lengths in itertools.product(*(range(len(v) + 1) for v in values)))
 
 
 def test_choice_is_the_best_tokens_per_second() -> None:
@@ -80,10 +89,10 @@ def test_choice_is_the_best_tokens_per_second() -> None:
                 row.append(c)
             values.append(row)
         a, b = rng.uniform(0, 0.1), rng.uniform(0.001, 0.02)
-        lengths = choose_lengths(values, a, b)
-        emitted = len(values) + sum(sum(v[:k]) for v, k in zip(values, lengths, strict=True))
-        got = emitted / (a + b * (len(values) + sum(lengths)))
-        assert got == pytest.approx(_best_by_enumeration(values, a, b))
+        e = rng.choice([0.0, rng.uniform(0, 0.05)])
+        lengths = choose_lengths(values, a, b, e)
+        assert _rate(values, lengths, a, b, e) == pytest.approx(
+            _best_by_enumeration(values, a, b, e))
 
 
 def _steady(policy: DraftLengths, rows: list[str], accept: int, seconds) -> list[int]:

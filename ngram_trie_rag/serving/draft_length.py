@@ -1,67 +1,80 @@
 """How many draft tokens each row of a batch gets: drafting only what pays for itself.
 
-A batching engine verifies every row's draft in one forward pass. Its cost grows with
-the tokens it processes, ``N = rows + sum(draft lengths)``; on a CPU, or a GPU at high
-concurrency, each extra token costs about as much as a row's own, so drafts that are
-rarely accepted lower throughput. Modelled from what the engine shows each step:
+A batching engine verifies every row's draft in one forward pass. On a CPU, or a GPU at
+high concurrency, each extra token costs about as much as a row's own, and a row that
+drafts at all takes a slower path (several query tokens instead of one), so drafts that
+are rarely accepted lower throughput. Modelled from what the engine shows each step:
 
-- cost: ``T(N) = a + b * N`` seconds, fitted by exponentially weighted least squares
-  on the wall time between consecutive proposals (:class:`StepCost`);
+- cost: ``T = a + b * N + e * R`` seconds, where ``N = rows + sum(draft lengths)`` is
+  the tokens verified and ``R`` the rows that drafted, fitted by exponentially weighted
+  least squares on the wall time between consecutive proposals (:class:`StepCost`);
 - value: the chance that a row's draft token at depth ``j`` is accepted, ``c(j) =
   q(1) * ... * q(j)``, where ``q`` is the acceptance rate, given the tokens before were
   accepted, of tokens like it (:func:`token_class`: how dominant the token was among
   the trie's continuations, and whether it is the first): the request's own counts,
   shrunk to the batch-wide rate (:class:`AcceptRates`).
 
-A step emits ``E = rows + sum c`` tokens in ``T`` seconds. Adding one draft token of
-value ``c`` raises ``E / T`` iff ``c / b > E / T``; since every token costs the same
-``b``, taking tokens in order of decreasing ``c`` while that holds maximises ``E / T``
-(:func:`choose_lengths`). Under load ``E / T`` is high and only near-certain tokens
-are drafted; alone on a GPU ``b`` is near zero and whole paths are.
+A step emits ``E = rows + sum c`` tokens in ``T`` seconds; :func:`choose_lengths`
+picks every row's length to maximise ``E / T`` (exactly, by Dinkelbach's iteration:
+for a trial rate ``r`` each row alone maximises its ``sum c - r * cost``). Under load
+``E / T`` is high and only near-certain tokens are drafted; alone on a GPU ``b`` and
+``e`` are near zero and whole paths are.
 
 Until the cost is known (a few steps with different ``N``), and on one step in
 ``explore_every``, each row drafts a random part of its path, so the fit keeps seeing
-varied ``N`` even when the batch and the paths stay the same.
-NumPy-free plain Python: a few hundred rows times ``k`` values per step.
+varied ``N`` and ``R`` even when the batch and the paths stay the same.
 """
 
 from __future__ import annotations
 
-import heapq
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 class StepCost:
-    """Step seconds as ``a + b * tokens``, exponentially weighted least squares."""
+    """Step seconds as ``a + b * tokens + e * drafting_rows``, exponentially weighted
+    least squares."""
 
     def __init__(self, decay: float = 0.98, min_samples: int = 8) -> None:
         self.decay = decay
         self.min_samples = min_samples
         self.samples = 0
-        self._w = self._n = self._nn = self._t = self._nt = 0.0  # weighted sums
+        self._xx = np.zeros((3, 3))  # weighted sum of x x^T, x = (1, tokens, rows)
+        self._xt = np.zeros(3)  # weighted sum of x * seconds
 
-    def observe(self, tokens: int, seconds: float) -> None:
-        d = self.decay
-        self._w = d * self._w + 1.0
-        self._n = d * self._n + tokens
-        self._nn = d * self._nn + tokens * tokens
-        self._t = d * self._t + seconds
-        self._nt = d * self._nt + tokens * seconds
+    def observe(self, tokens: int, seconds: float, drafting_rows: int = 0) -> None:
+        x = np.array([1.0, tokens, drafting_rows])
+        self._xx = self.decay * self._xx + np.outer(x, x)
+        self._xt = self.decay * self._xt + x * seconds
         self.samples += 1
 
-    def fit(self) -> tuple[float, float] | None:
-        """``(a, b)``, or None while too few samples or too little spread in ``tokens``."""
+    def fit(self) -> tuple[float, float, float] | None:
+        """``(a, b, e)``, or None while too few samples or too little spread in
+        ``tokens``. Without spread in the drafting rows, ``e`` is 0 (folded into ``a``
+        and ``b``); a negative coefficient (noise) is dropped and the rest refitted."""
         if self.samples < self.min_samples:
             return None
-        mean_n, mean_t = self._n / self._w, self._t / self._w
-        var_n = self._nn / self._w - mean_n * mean_n
-        if var_n < 0.25:  # N (nearly) constant: the slope is not identified
+        w = self._xx[0, 0]
+        mean = self._xx[0] / w
+        var = np.diag(self._xx) / w - mean * mean
+        if var[1] < 0.25:  # N (nearly) constant: the slope is not identified
             return None
-        b = max((self._nt / self._w - mean_n * mean_t) / var_n, 0.0)
-        a = max(mean_t - b * mean_n, 0.0)
-        return a, b
+        use = [0, 1] + ([2] if var[2] >= 0.05 else [])
+        while True:
+            sub = self._xx[np.ix_(use, use)]
+            try:
+                beta = np.linalg.solve(sub, self._xt[use])
+            except np.linalg.LinAlgError:
+                return None
+            negative = [f for f, v in zip(use[1:], beta[1:], strict=True) if v < 0]
+            if not negative:
+                break
+            use.remove(negative[-1])
+        coef = dict(zip(use, beta.tolist(), strict=True))
+        return max(coef[0], 0.0), coef.get(1, 0.0), coef.get(2, 0.0)
 
 
 def token_class(depth: int, share: float, frequency: int) -> int:
@@ -135,12 +148,14 @@ class AcceptRates:
             del self._by_request[req_id]
 
 
-def choose_lengths(values: Sequence[Sequence[float]], a: float, b: float) -> list[int]:
+def choose_lengths(values: Sequence[Sequence[float]], a: float, b: float,
+                   e: float = 0.0) -> list[int]:
     """Per row, how many of its draft tokens to keep so that tokens per second is highest.
 
     ``values[i][j]`` is row ``i``'s chance of accepting its token at depth ``j + 1``
-    (non-increasing in ``j``; its length is the row's path length). Rows without a
-    draft still cost and emit one token each.
+    (its length is the row's path length). Every row costs and emits one token of its
+    own; a draft of ``k`` tokens adds ``b * k + e`` seconds and ``sum(values[i][:k])``
+    expected tokens.
 
     A fixed cost per step (``a``) that dwarfs a token's (``b``) makes likely tokens
     worth verifying; when only tokens cost, none is (each emits less than one):
@@ -149,21 +164,24 @@ def choose_lengths(values: Sequence[Sequence[float]], a: float, b: float) -> lis
     [2, 1]
     >>> choose_lengths([[0.9, 0.8, 0.1], [0.3]], a=0.0, b=0.01)
     [0, 0]
+    >>> choose_lengths([[0.9, 0.8, 0.1], [0.3]], a=0.2, b=0.01, e=0.05)  # drafting costs
+    [2, 0]
     """
     rows = len(values)
-    emitted, seconds = float(rows), a + b * rows
+    prefix = [np.concatenate([[0.0], np.cumsum(v)]) for v in values]  # [i][k] = sum c
     lengths = [0] * rows
-    heap = [(-v[0], i) for i, v in enumerate(values) if len(v)]
-    heapq.heapify(heap)
-    while heap:
-        neg, i = heapq.heappop(heap)
-        c = -neg
-        if c * seconds <= b * emitted:  # c / b <= E / T: this token (and all later) lose
+    rate = rows / (a + b * rows) if rows else 0.0  # tokens per second without drafts
+    for _ in range(50):
+        for i, p in enumerate(prefix):
+            k = np.arange(p.size)
+            gain = p - rate * (b * k + e * (k > 0))
+            lengths[i] = int(np.argmax(gain))  # first best: no tie drafts more
+        emitted = rows + sum(float(p[k]) for p, k in zip(prefix, lengths, strict=True))
+        seconds = a + b * (rows + sum(lengths)) + e * sum(k > 0 for k in lengths)
+        new = emitted / seconds if seconds > 0 else float("inf")
+        if not new > rate * (1 + 1e-12):
             break
-        emitted, seconds = emitted + c, seconds + b
-        lengths[i] += 1
-        if lengths[i] < len(values[i]):
-            heapq.heappush(heap, (-values[i][lengths[i]], i))
+        rate = new
     return lengths
 
 
@@ -208,7 +226,8 @@ class DraftLengths:
             for r, n in zip(req_ids, accepted, strict=True))
         if whole:
             tokens = sum(1 + len(self._drafted[r]) for r in req_ids)
-            self.cost.observe(tokens, float(seconds))  # type: ignore[arg-type]
+            drafting = sum(1 for r in req_ids if self._drafted[r])
+            self.cost.observe(tokens, float(seconds), drafting)  # type: ignore[arg-type]
         for r, n in zip(req_ids, accepted, strict=True):
             if n is not None and r in self._drafted:
                 self.rates.observe(r, self._drafted[r], n)
