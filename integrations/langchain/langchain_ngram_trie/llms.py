@@ -7,8 +7,9 @@ the first prompt's run manager, which would hand every input the first input's d
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
-from contextlib import closing
+from contextlib import aclosing, closing
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -18,9 +19,9 @@ from langchain_core.callbacks import (
 from langchain_core.language_models import BaseLLM, LangSmithParams, LanguageModelInput
 from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 from langchain_core.runnables import Runnable, RunnableConfig
-from ngram_trie_rag.threads import iterate_blocking, run_blocking
+from ngram_trie_rag.threads import run_blocking
 
-from .metadata import generation_info, usage_metadata
+from .metadata import Answer, generation_info, usage_metadata
 from .registry import call_run_ids
 from .settings import NGramTrieSettings, Request
 
@@ -36,6 +37,14 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
 
     Each generation's ``generation_info`` holds ``finish_reason``, ``usage`` and
     ``speculative`` (accept lengths, drafted nodes, steps, documents drafted from).
+
+    On vLLM (the prompt goes to ``/completions`` or the engine as-is):
+
+        ```python
+        llm = NGramTrieLLM(base_url="http://127.0.0.1:8000/v1", model="smollm2")
+        llm = NGramTrieLLM(backend="vllm", vllm_engine_args={"dtype": "float32"})
+        await llm.abatch(prompts)  # one vLLM batch
+        ```
     """
 
     @property
@@ -73,16 +82,19 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
         return [self._request(p, stop, kwargs, *ids) for p in prompts]
 
     def _answers(self, requests: list[Request]) -> LLMResult:
+        return self._result([self._generate_one(request) for request in requests])
+
+    @staticmethod
+    def _result(answers: list[Answer]) -> LLMResult:
         generations: list[list[Generation]] = []
         totals = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
         model_name = ""
-        for request in requests:
-            answer = self._generate_one(request)
+        for answer in answers:
             model_name = answer.model_name
             usage = usage_metadata(answer)
             for key in totals:
                 totals[key] += usage[key]
-            generations.append([Generation(text=answer.result.text,
+            generations.append([Generation(text=answer.text,
                                            generation_info=generation_info(answer))])
         return LLMResult(generations=generations,
                          llm_output={"token_usage": totals, "model_name": model_name})
@@ -96,24 +108,28 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> LLMResult:
         requests = self._requests(prompts, stop, run_manager, kwargs)
-        return await run_blocking(self._answers, requests)
+        if self.runs_on == "local":
+            return await run_blocking(self._answers, requests)
+        # vLLM takes them all at once and batches them.
+        return self._result(list(await asyncio.gather(
+            *(self._agenerate_one(request) for request in requests))))
 
     # ---- streams ----------------------------------------------------------------------------
-    def _chunks(self, request: Request) -> Iterator[GenerationChunk]:
-        """Text deltas, then an empty chunk whose ``generation_info`` carries the stats."""
-        for delta, answer in self._deltas(request):
-            if answer is None:
-                yield GenerationChunk(text=delta)
-            else:
-                yield GenerationChunk(text="", generation_info={
-                    **generation_info(answer), "model_name": answer.model_name})
+    @staticmethod
+    def _chunk(delta: str, answer: Answer | None) -> GenerationChunk:
+        """A text delta, or the empty last chunk whose ``generation_info`` has the stats."""
+        if answer is None:
+            return GenerationChunk(text=delta)
+        return GenerationChunk(text="", generation_info={
+            **generation_info(answer), "model_name": answer.model_name})
 
     def _stream(self, prompt: str, stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,
                 **kwargs: Any) -> Iterator[GenerationChunk]:
         request = self._request(prompt, stop, kwargs, *call_run_ids(run_manager))
-        with closing(self._chunks(request)) as chunks:  # leaving early frees the model
-            for chunk in chunks:
+        with closing(self._deltas(request)) as pairs:  # leaving early frees the model
+            for delta, answer in pairs:
+                chunk = self._chunk(delta, answer)
                 if run_manager is not None and chunk.text:
                     run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                 yield chunk
@@ -122,7 +138,9 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[GenerationChunk]:
         request = self._request(prompt, stop, kwargs, *call_run_ids(run_manager))
-        async for chunk in iterate_blocking(lambda: self._chunks(request)):
-            if run_manager is not None and chunk.text:
-                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-            yield chunk
+        async with aclosing(self._adeltas(request)) as pairs:
+            async for delta, answer in pairs:
+                chunk = self._chunk(delta, answer)
+                if run_manager is not None and chunk.text:
+                    await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                yield chunk

@@ -1,22 +1,27 @@
 """Fields and per-call options shared by the chat model and the string LLM.
 
-Both classes turn a LangChain call into one ``SpeculativeGenerator`` request: resolve the
-options (instance defaults, overridden per call), pick the draft documents, then generate or
-stream. Keeping that here means the two front ends differ only in how they build the prompt
-and package the answer.
+Both classes turn a LangChain call into one request: resolve the options (instance
+defaults, overridden per call), pick the draft documents, then generate or stream, on the
+local ``SpeculativeGenerator`` or on vLLM (see ``backends``). Keeping that here means the two
+front ends differ only in how they build the prompt and package the answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import aclosing, closing
 from dataclasses import dataclass
 from typing import Any, Literal
 from uuid import UUID
 
 from ngram_trie_rag import SpeculativeGenerator, shared_generator
 from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from ngram_trie_rag.serving.openai_http import DEFAULT_TIMEOUT_S, OpenAIHTTPBackend
+from ngram_trie_rag.serving.server import DEFAULT_K
+from ngram_trie_rag.threads import iterate_blocking, run_blocking
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
+from .backends import Place, check_call_options, check_fields, place, vllm_options
 from .documents import DraftDocuments, choose_documents
 from .metadata import Answer
 from .registry import install
@@ -48,7 +53,26 @@ class NGramTrieSettings(BaseModel):
 
     model: str | None = None
     """A local Hugging Face causal-LM folder; ``None`` loads the packaged
-    SmolLM2-135M-Instruct. Loaded on first use, then shared process-wide."""
+    SmolLM2-135M-Instruct. Loaded on first use, then shared process-wide. With
+    ``base_url``: the served model name (``None`` asks the server)."""
+    backend: str = "local"
+    """``"local"``: this package's engine. ``"vllm"``: vLLM's engine in this process
+    (needs vLLM installed), shared per model and engine arguments, batching concurrent
+    calls; ``model`` is then a Hugging Face folder as for ``"local"``. vLLM starts its
+    processes with ``spawn`` on a CPU: in a script, make the first call under
+    ``if __name__ == "__main__":``."""
+    base_url: str | None = None
+    """A running vLLM OpenAI-compatible server (``ngram-trie-rag serve``), e.g.
+    ``"http://127.0.0.1:8000/v1"``; each request sends its documents along."""
+    api_key: SecretStr | None = None
+    """Bearer token for ``base_url`` (when the server was started with ``--api-key``)."""
+    request_timeout: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
+    """Seconds the ``base_url`` client waits on the server for each read."""
+    vllm_engine_args: dict[str, Any] | None = None
+    """More ``AsyncEngineArgs`` for ``backend="vllm"`` (``dtype``, ``max_model_len``,
+    ``enforce_eager``, ``kv_cache_memory_bytes``, ``tensor_parallel_size``...)."""
+    num_speculative_tokens: int = Field(default=DEFAULT_K, ge=1)
+    """``backend="vllm"``: the most tokens a request drafts per step."""
     device: str | None = None
     """``"cpu"``, ``"cuda"``...; ``None``: CUDA when available, else CPU."""
     dtype: str | None = None
@@ -83,11 +107,23 @@ class NGramTrieSettings(BaseModel):
     """Draft from the documents retrieved in the enclosing chain (when no ``documents``
     are passed); ``False`` always drafts from the prompt."""
 
+    _vllm: Any = PrivateAttr(default=None)  # the vLLM backend, made on first use
+
     @model_validator(mode="after")
     def _check_trie_shape(self) -> NGramTrieSettings:
         if self.prefix_len >= self.n:
             raise ValueError(f"prefix_len ({self.prefix_len}) must be below n ({self.n})")
         return self
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> NGramTrieSettings:
+        check_fields(self.runs_on, self.model_fields_set)
+        return self
+
+    @property
+    def runs_on(self) -> Place:
+        """``"local"``, ``"vllm"`` (in this process) or ``"vllm-server"``."""
+        return place(self.backend, self.base_url, "backend" in self.model_fields_set)
 
     def model_post_init(self, context: Any, /) -> None:
         # A chain can only run a model that exists, so registering the retrieved-documents
@@ -103,11 +139,30 @@ class NGramTrieSettings(BaseModel):
         return shared_generator(self.model, device=self.device, dtype=self.dtype,
                                 n=self.n, prefix_len=self.prefix_len)
 
+    def load_vllm(self) -> Any:
+        """The vLLM backend (``OpenAIHTTPBackend`` or a shared ``VLLMEngine``); both have
+        ``stream``/``astream``/``complete``/``acomplete`` yielding ``Delta``s."""
+        if self._vllm is None:
+            if self.runs_on == "vllm-server":
+                assert self.base_url is not None
+                key = self.api_key.get_secret_value() if self.api_key else None
+                self._vllm = OpenAIHTTPBackend(self.base_url, self.model, api_key=key,
+                                               timeout=self.request_timeout)
+            else:
+                from ngram_trie_rag.serving.vllm_local import shared_vllm_engine
+
+                self._vllm = shared_vllm_engine(
+                    self.model, num_speculative_tokens=self.num_speculative_tokens,
+                    engine_args=self.vllm_engine_args)
+        return self._vllm
+
     @property
     def model_label(self) -> str:
         """The model's name without loading it (for tracing parameters)."""
         if self.generator is not None:
             return self.generator.model_name
+        if self.runs_on == "vllm-server":
+            return self.model or str(self.base_url)
         return self.model or DEFAULT_MODEL_NAME
 
     def _ls_params(self, model_type: str, stop: list[str] | None,
@@ -127,11 +182,17 @@ class NGramTrieSettings(BaseModel):
         return params
 
     def _settings_params(self) -> dict[str, Any]:
+        sampling = {"max_tokens": self.max_tokens, "temperature": self.temperature,
+                    "top_p": self.top_p, "top_k": self.top_k, "seed": self.seed}
+        if self.runs_on == "vllm-server":
+            return {"model": self.model_label, "base_url": self.base_url, **sampling}
+        if self.runs_on == "vllm":
+            return {"model": self.model_label, "backend": "vllm",
+                    "num_speculative_tokens": self.num_speculative_tokens,
+                    "vllm_engine_args": self.vllm_engine_args, **sampling}
         return {"model": self.model_label, "device": self.device, "dtype": self.dtype,
                 "n": self.n, "prefix_len": self.prefix_len, "num_draft": self.num_draft,
-                "draft_method": self.draft_method,
-                "max_tokens": self.max_tokens, "temperature": self.temperature,
-                "top_p": self.top_p, "top_k": self.top_k, "seed": self.seed}
+                "draft_method": self.draft_method, **sampling}
 
     # ---- one call ---------------------------------------------------------------------------
     def _request(self, prompt: Any, stop: list[str] | None, kwargs: Mapping[str, Any],
@@ -141,6 +202,7 @@ class NGramTrieSettings(BaseModel):
         if unknown:
             raise TypeError(f"unsupported keyword arguments {sorted(unknown)}; "
                             f"supported: {sorted([*CALL_OPTIONS, 'documents', 'stop'])}")
+        check_call_options(self.runs_on, kwargs)
         options = {core: kwargs.get(name, getattr(self, name))
                    for name, core in CALL_OPTIONS.items()}
         options["stop"] = list(stop) if stop else (list(self.stop) if self.stop else None)
@@ -151,18 +213,75 @@ class NGramTrieSettings(BaseModel):
     def _deltas(self, request: Request) -> Iterator[tuple[str, Answer | None]]:
         """Blocking: ``(delta, None)`` for each non-empty text delta as it is verified,
         then ``("", answer)`` once finished. Closing it early stops generation and frees
-        the model."""
+        the model (on vLLM: aborts the request)."""
+        if self.runs_on != "local":
+            yield from self._vllm_deltas(request)
+            return
         gen = self.load_generator()
         with gen.stream(request.prompt, request.draft.texts, **request.options) as stream:
             for delta in stream:
                 if delta:
                     yield delta, None
         assert stream.result is not None
-        yield "", Answer(gen.model_name, stream.result, request.draft)
+        yield "", Answer.from_result(gen.model_name, stream.result, request.draft)
+
+    async def _adeltas(self, request: Request) -> AsyncIterator[tuple[str, Answer | None]]:
+        """``_deltas`` for the event loop: the local engine runs on one pool worker (its
+        lock serialises calls); vLLM gets every call at once and batches them."""
+        if self.runs_on == "local":
+            async with aclosing(iterate_blocking(lambda: self._deltas(request))) as pairs:
+                async for pair in pairs:
+                    yield pair
+            return
+        backend = self.load_vllm()
+        text: list[str] = []
+        deltas = backend.astream(request.prompt, request.draft.texts,
+                                 vllm_options(request.options))
+        async with aclosing(deltas):  # leaving early aborts the request
+            async for delta in deltas:
+                for pair in self._vllm_pairs(backend, text, delta, request):
+                    yield pair
+
+    def _vllm_deltas(self, request: Request) -> Iterator[tuple[str, Answer | None]]:
+        backend = self.load_vllm()
+        text: list[str] = []
+        deltas = backend.stream(request.prompt, request.draft.texts,
+                                vllm_options(request.options))
+        with closing(deltas):  # leaving early aborts the request
+            for delta in deltas:
+                yield from self._vllm_pairs(backend, text, delta, request)
+
+    @staticmethod
+    def _vllm_pairs(backend: Any, text: list[str], delta: Any,
+                    request: Request) -> Iterator[tuple[str, Answer | None]]:
+        """One vLLM ``Delta`` as ``_deltas`` pairs; ``text`` collects the answer so far."""
+        if delta.text:
+            text.append(delta.text)
+            yield delta.text, None
+        if delta.finish_reason is not None:
+            yield "", Answer.from_vllm(backend.name, backend.model_name, "".join(text), delta,
+                                       request.draft)
 
     def _generate_one(self, request: Request) -> Answer:
         """Blocking: the whole answer."""
+        if self.runs_on != "local":
+            backend = self.load_vllm()
+            last = backend.complete(request.prompt, request.draft.texts,
+                                    vllm_options(request.options))
+            return Answer.from_vllm(backend.name, backend.model_name, last.text, last,
+                                    request.draft)
         for _, answer in self._deltas(request):
             if answer is not None:
                 return answer
         raise AssertionError("a generation ends with its answer")
+
+    async def _agenerate_one(self, request: Request) -> Answer:
+        """The whole answer, awaited: the local engine on the generation pool, vLLM
+        concurrently with every other call."""
+        if self.runs_on == "local":
+            return await run_blocking(self._generate_one, request)
+        backend = self.load_vllm()
+        last = await backend.acomplete(request.prompt, request.draft.texts,
+                                       vllm_options(request.options))
+        return Answer.from_vllm(backend.name, backend.model_name, last.text, last,
+                                request.draft)

@@ -4,13 +4,14 @@ Speculative decoding with an n-gram trie built from the nodes the response synth
 received: the model verifies several drafted tokens per forward pass, and the answer is the
 same as plain decoding (token for token when greedy). Which nodes belong to a call is found
 through the instrumentation spans (``tracking``), so ``index.as_query_engine(llm=...)`` and
-the chat engines need no extra wiring.
+the chat engines need no extra wiring. The model may also run on vLLM (a server, or an engine
+in this process; see ``backends``), the nodes travelling with each request.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, aclosing, closing
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,26 +27,25 @@ from llama_index.core.base.llms.types import (
     MessageRole,
 )
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
+from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.llms.llm import default_completion_to_prompt
-from ngram_trie_rag import (
-    GenerationResult,
-    GenerationStream,
-    SpeculativeGenerator,
-    shared_generator,
-)
+from ngram_trie_rag import GenerationStream, SpeculativeGenerator, shared_generator
 from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
+from ngram_trie_rag.serving.openai_http import DEFAULT_TIMEOUT_S, OpenAIHTTPBackend
+from ngram_trie_rag.serving.server import DEFAULT_K
 from ngram_trie_rag.threads import run_blocking
 
+from .backends import Outcome, Place, check_call_options, check_fields, place, vllm_options
 from .drafting import DraftItem, DraftSource, drafting_from, resolve_draft_source
 from .streams import acollect, adeltas, collect, deltas
 from .tracking import get_tracker
 
 Prompt = str | list[dict[str, str]]
 R = TypeVar("R", CompletionResponse, ChatResponse)
-# Builds a response from (text so far, delta or None, result once finished, draft source).
-Wrap = Callable[[str, str | None, GenerationResult | None, DraftSource], R]
+# Builds a response from (text so far, delta or None, outcome once finished, draft source).
+Wrap = Callable[[str, str | None, Outcome | None, DraftSource], R]
 
 # Per-call options a caller may pass as keyword arguments; anything else LlamaIndex passes
 # along (e.g. ``formatted``, tool settings) is not a generation option and is ignored.
@@ -80,6 +80,16 @@ class NGramTrieLLM(CustomLLM):
         llm = NGramTrieLLM(max_new_tokens=128)
         engine = index.as_query_engine(llm=llm)
         engine.query("Who founded the company?")
+
+    On vLLM, with the same draft sources, sent along with each request::
+
+        llm = NGramTrieLLM(base_url="http://127.0.0.1:8000/v1", model_name="smollm2")
+        llm = NGramTrieLLM(backend="vllm", vllm_engine_args={"dtype": "float32"})
+
+    There ``speculative`` names the backend, the draft source and the number of documents,
+    and holds vLLM's per-request ``acceptance`` when vLLM reports it (the in-process
+    engine does; a server started with ``--per-request-spec-decode-metrics summary``
+    does), else ``None``; ``raw`` has no ``token_ids``.
     """
 
     model_config = ConfigDict(protected_namespaces=())
@@ -87,7 +97,25 @@ class NGramTrieLLM(CustomLLM):
     model_path: str | None = Field(
         default=None, description="Local Hugging Face model folder; None: the packaged default.")
     model_name: str | None = Field(
-        default=None, description="Name reported in metadata; default: derived from the path.")
+        default=None, description="Name reported in metadata; default: derived from the path. "
+        "With base_url: the served model name (None asks the server).")
+    backend: str = Field(
+        default="local", description="'local' (this package's engine) or 'vllm' (vLLM's "
+        "engine in this process, shared per model and engine arguments; in a script, make "
+        "the first call under `if __name__ == '__main__':`, as vLLM spawns processes).")
+    base_url: str | None = Field(
+        default=None, description="A running vLLM OpenAI-compatible server "
+        "(`ngram-trie-rag serve`), e.g. 'http://127.0.0.1:8000/v1'.")
+    api_key: str | None = Field(
+        default=None, description="Bearer token for base_url.", exclude=True, repr=False)
+    request_timeout: float = Field(
+        default=DEFAULT_TIMEOUT_S, gt=0, description="Seconds the base_url client waits on "
+        "the server for each read.")
+    vllm_engine_args: dict[str, Any] | None = Field(
+        default=None, description="More AsyncEngineArgs for backend='vllm' (dtype, "
+        "max_model_len, enforce_eager, kv_cache_memory_bytes, tensor_parallel_size...).")
+    num_speculative_tokens: int = Field(
+        default=DEFAULT_K, ge=1, description="backend='vllm': most tokens drafted per step.")
     device: str | None = Field(default=None, description="torch device; default CUDA if any.")
     dtype: str | None = Field(default=None, description="torch dtype; default fp32 on CPU.")
     max_new_tokens: int = Field(default=256, gt=0, description="Upper bound on answer tokens.")
@@ -108,11 +136,14 @@ class NGramTrieLLM(CustomLLM):
         default=None, description="Use the chat template; None: when the model has one.")
 
     _generator: SpeculativeGenerator | None = PrivateAttr(default=None)
+    _vllm: Any = PrivateAttr(default=None)  # the vLLM backend, made on first use
 
     def __init__(self, generator: SpeculativeGenerator | None = None, **kwargs: Any) -> None:
         """``generator``: an already loaded ``SpeculativeGenerator`` to use instead of
         loading ``model_path`` (its own trie settings then apply)."""
         super().__init__(**kwargs)
+        given = set(self.model_fields_set) | ({"generator"} if generator is not None else set())
+        check_fields(self.runs_on, given)  # also refuses unknown or contradicting backends
         self._generator = generator
         # Attach the span tracker now: a query's spans must be followed from their start.
         get_tracker()
@@ -122,6 +153,31 @@ class NGramTrieLLM(CustomLLM):
         return "NGramTrieLLM"
 
     # ---- model and metadata -----------------------------------------------------------
+    @property
+    def runs_on(self) -> Place:
+        """``"local"``, ``"vllm"`` (in this process) or ``"vllm-server"``."""
+        return place(self.backend, self.base_url, "backend" in self.model_fields_set)
+
+    @property
+    def vllm(self) -> Any:
+        """The vLLM backend (``OpenAIHTTPBackend`` or a shared ``VLLMEngine``), made on
+        first access; both have ``stream``/``astream``/``complete``/``acomplete``."""
+        if self._vllm is None:
+            if self.runs_on == "vllm-server":
+                assert self.base_url is not None
+                self._vllm = OpenAIHTTPBackend(self.base_url, self.model_name,
+                                               api_key=self.api_key,
+                                               timeout=self.request_timeout)
+            elif self.runs_on == "vllm":
+                from ngram_trie_rag.serving.vllm_local import shared_vllm_engine
+
+                self._vllm = shared_vllm_engine(
+                    self.model_path, num_speculative_tokens=self.num_speculative_tokens,
+                    engine_args=self.vllm_engine_args)
+            else:
+                raise RuntimeError("this LLM runs on the local engine, not on vLLM")
+        return self._vllm
+
     @property
     def generator(self) -> SpeculativeGenerator:
         """The shared generator, loaded on first access."""
@@ -134,21 +190,34 @@ class NGramTrieLLM(CustomLLM):
     @property
     def metadata(self) -> LLMMetadata:
         return LLMMetadata(
-            context_window=self.context_window or self.generator.context_window,
+            context_window=self.context_window or self._model_context_window(),
             num_output=self.max_new_tokens,
             is_chat_model=self._uses_chat_template(),
             model_name=self.model_name or self._default_name(),
         )
 
+    def _model_context_window(self) -> int:
+        if self.runs_on == "local":
+            return self.generator.context_window
+        return self.vllm.context_window or DEFAULT_CONTEXT_WINDOW
+
     def _default_name(self) -> str:
         if self._generator is not None:
             return self._generator.model_name
+        if self.runs_on != "local":
+            return self.vllm.model_name
         return self.model_path or DEFAULT_MODEL_NAME
 
     def _uses_chat_template(self) -> bool:
+        """Chat messages go through the model's chat template. A server's template cannot
+        be seen from here: a base_url model counts as a chat model unless
+        ``is_chat_model=False``."""
         if self.is_chat_model is not None:
             return self.is_chat_model
-        return bool(getattr(self.generator.tokenizer, "chat_template", None))
+        if self.runs_on == "vllm-server":
+            return True
+        tokenizer = self.vllm.tokenizer if self.runs_on == "vllm" else self.generator.tokenizer
+        return bool(getattr(tokenizer, "chat_template", None))
 
     def drafting_from(self, documents: Iterable[DraftItem]) -> AbstractContextManager[DraftSource]:
         """``with llm.drafting_from(nodes_or_texts):`` drafts every call in the block from
@@ -182,6 +251,7 @@ class NGramTrieLLM(CustomLLM):
         }
         if kwargs.get("max_tokens") is not None:  # the usual LlamaIndex spelling
             options["max_new_tokens"] = kwargs["max_tokens"]
+        check_call_options(self.runs_on, kwargs)
         options.update({k: kwargs[k] for k in _OPTIONS if kwargs.get(k) is not None})
         return _Request(prompt, resolve_draft_source(kwargs.get("documents")), options)
 
@@ -197,17 +267,17 @@ class NGramTrieLLM(CustomLLM):
         return self.generator.stream(request.prompt, request.source.documents,
                                      **request.options)
 
-    def _info(self, result: GenerationResult, source: DraftSource) -> tuple[dict, dict]:
+    def _info(self, outcome: Outcome, source: DraftSource) -> tuple[dict, dict]:
         """(additional_kwargs, raw) of a finished call."""
-        stats = result.stats.to_dict()
+        stats = outcome.speculative
         usage = {
-            "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": result.completion_tokens,
-            "total_tokens": result.prompt_tokens + result.completion_tokens,
+            "prompt_tokens": outcome.prompt_tokens,
+            "completion_tokens": outcome.completion_tokens,
+            "total_tokens": outcome.prompt_tokens + outcome.completion_tokens,
         }
         extra = {
             "model_name": self.metadata.model_name,
-            "finish_reason": result.finish_reason,
+            "finish_reason": outcome.finish_reason,
             **usage,
             "speculative": stats,
             "draft_origin": source.origin,
@@ -215,8 +285,8 @@ class NGramTrieLLM(CustomLLM):
         }
         raw = {
             "usage": usage,
-            "finish_reason": result.finish_reason,
-            "token_ids": list(result.token_ids),
+            "finish_reason": outcome.finish_reason,
+            **({"token_ids": outcome.token_ids} if outcome.token_ids is not None else {}),
             "speculative": stats,
             "draft_origin": source.origin,
             "draft_node_ids": list(source.node_ids),
@@ -224,40 +294,89 @@ class NGramTrieLLM(CustomLLM):
         }
         return extra, raw
 
-    def _completion(self, text: str, delta: str | None, result: GenerationResult | None,
+    def _completion(self, text: str, delta: str | None, outcome: Outcome | None,
                     source: DraftSource) -> CompletionResponse:
-        if result is None:
+        if outcome is None:
             return CompletionResponse(text=text, delta=delta)
-        extra, raw = self._info(result, source)
+        extra, raw = self._info(outcome, source)
         return CompletionResponse(text=text, delta=delta, additional_kwargs=extra, raw=raw)
 
-    def _chat(self, text: str, delta: str | None, result: GenerationResult | None,
+    def _chat(self, text: str, delta: str | None, outcome: Outcome | None,
               source: DraftSource) -> ChatResponse:
         message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
-        if result is None:
+        if outcome is None:
             return ChatResponse(message=message, delta=delta)
-        extra, raw = self._info(result, source)
+        extra, raw = self._info(outcome, source)
         return ChatResponse(message=message, delta=delta, additional_kwargs=extra, raw=raw)
 
     # ---- one call, any response type ---------------------------------------------------
-    # The stream is opened (prompt and documents encoded) when the call is made, so bad
-    # input raises there and not on the first read.
+    # Locally the stream is opened (prompt and documents encoded) when the call is made,
+    # so bad input raises there and not on the first read.
     def _whole(self, request: _Request, wrap: Wrap[R]) -> R:
+        if self.runs_on != "local":
+            last = self.vllm.complete(request.prompt, request.source.documents,
+                                      vllm_options(request.options))
+            outcome = self._vllm_outcome(last.text, last, request.source)
+            return wrap(outcome.text, None, outcome, request.source)
         result = collect(self._open(request))
-        return wrap(result.text, None, result, request.source)
+        return wrap(result.text, None, Outcome.from_result(result), request.source)
 
     def _streamed(self, request: _Request, wrap: Wrap[R]) -> Iterator[R]:
         step = _accumulate(request.source, wrap)
-        return (step(delta, result) for delta, result in deltas(self._open(request)))
+        if self.runs_on != "local":
+            return (step(delta, outcome) for delta, outcome in self._vllm_pairs(request))
+        return (step(delta, None if result is None else Outcome.from_result(result))
+                for delta, result in deltas(self._open(request)))
 
     async def _awhole(self, request: _Request, wrap: Wrap[R]) -> R:
+        if self.runs_on != "local":
+            last = await self.vllm.acomplete(request.prompt, request.source.documents,
+                                             vllm_options(request.options))
+            outcome = self._vllm_outcome(last.text, last, request.source)
+            return wrap(outcome.text, None, outcome, request.source)
         result = await acollect(await run_blocking(self._open, request))
-        return wrap(result.text, None, result, request.source)
+        return wrap(result.text, None, Outcome.from_result(result), request.source)
 
     async def _astreamed(self, request: _Request, wrap: Wrap[R]) -> AsyncIterator[R]:
         step = _accumulate(request.source, wrap)
+        if self.runs_on != "local":
+            return (step(delta, outcome) async for delta, outcome in self._avllm_pairs(request))
         pairs = adeltas(await run_blocking(self._open, request))
-        return (step(delta, result) async for delta, result in pairs)
+        return (step(delta, None if result is None else Outcome.from_result(result))
+                async for delta, result in pairs)
+
+    # ---- vLLM: deltas as (text delta, outcome once finished) ---------------------------
+    def _vllm_outcome(self, text: str, last: Any, source: DraftSource) -> Outcome:
+        return Outcome.from_vllm(self.vllm.name, text, last, len(source.texts))
+
+    def _vllm_pair(self, text: list[str], delta: Any,
+                   source: DraftSource) -> tuple[str, Outcome | None] | None:
+        """One vLLM delta as (text delta, outcome once finished), or None when it carries
+        nothing; ``text`` collects the answer so far."""
+        text.append(delta.text)
+        if delta.finish_reason is not None:
+            return delta.text, self._vllm_outcome("".join(text), delta, source)
+        return (delta.text, None) if delta.text else None
+
+    def _vllm_pairs(self, request: _Request) -> Iterator[tuple[str, Outcome | None]]:
+        """Blocking; closing it early aborts the request."""
+        text: list[str] = []
+        stream = self.vllm.stream(request.prompt, request.source.documents,
+                                  vllm_options(request.options))
+        with closing(stream):
+            for delta in stream:
+                if (pair := self._vllm_pair(text, delta, request.source)) is not None:
+                    yield pair
+
+    async def _avllm_pairs(self, request: _Request) -> AsyncIterator[tuple[str, Outcome | None]]:
+        """Awaited; every call reaches vLLM at once, and vLLM batches them."""
+        text: list[str] = []
+        stream = self.vllm.astream(request.prompt, request.source.documents,
+                                   vllm_options(request.options))
+        async with aclosing(stream):
+            async for delta in stream:
+                if (pair := self._vllm_pair(text, delta, request.source)) is not None:
+                    yield pair
 
     # ---- sync -------------------------------------------------------------------------
     @llm_completion_callback()
@@ -304,14 +423,14 @@ class NGramTrieLLM(CustomLLM):
 
 
 def _accumulate(source: DraftSource,
-                wrap: Wrap[R]) -> Callable[[str, GenerationResult | None], R]:
+                wrap: Wrap[R]) -> Callable[[str, Outcome | None], R]:
     """A stream's response maker: each delta becomes a response holding the text so far."""
     text = ""
 
-    def step(delta: str, result: GenerationResult | None) -> R:
+    def step(delta: str, outcome: Outcome | None) -> R:
         nonlocal text
         text += delta
-        return wrap(text, delta, result, source)
+        return wrap(text, delta, outcome, source)
 
     return step
 
