@@ -39,14 +39,14 @@ def _proposer(llm: LLM) -> Any:
 def _record_documents(proposer: Any) -> dict[str, list[list[int]]]:
     """Worker request id -> the documents its drafter was built from."""
     seen: dict[str, list[list[int]]] = {}
-    propose = proposer.drafters.propose
+    propose = proposer.drafters.propose_classed
 
     def recording(req_id: str, tokens: Any, num_prompt: int, documents: Any, k: int) -> Any:
         if documents is not None and req_id not in proposer.drafters:
             seen[req_id] = [list(d) for d in documents]
         return propose(req_id, tokens, num_prompt, documents, k)
 
-    proposer.drafters.propose = recording
+    proposer.drafters.propose_classed = recording
     return seen
 
 
