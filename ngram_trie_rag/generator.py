@@ -26,10 +26,11 @@ from typing import Any
 
 import torch
 
-from .drafting import DraftBudget, DraftConfig, Drafter
+from .drafting import DraftBudget, DraftConfig, Drafter, DraftTree
 from .drafting.config import check_method
 from .engine import KV, Engine, engine_for
 from .engine.latency import LatencyCurve
+from .grammar import Constraint, Grammar, compiler_for
 from .inputs import Document, Prompt, encode_documents, encode_prompt
 from .result import FinishReason, GenerationResult, GenerationStats
 from .sampling import SamplingParams, accept, choose
@@ -49,6 +50,7 @@ class _Request:
     limit: int  # new tokens at most (max_new_tokens, cut to the context window)
     stats: GenerationStats
     kv: KV | None = None
+    constraint: Constraint | None = None  # the grammar the answer must match, if any
     last: int = -1  # the newest committed token (not in the cache yet)
     produced: int = 0
     finish: FinishReason | None = None
@@ -140,7 +142,7 @@ class SpeculativeGenerator:
                max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                top_k: int = 0, stop: Sequence[str] | str | None = None,
                seed: int | None = None, num_draft: int | None = None,
-               method: str | None = None) -> GenerationStream:
+               method: str | None = None, grammar: Grammar | None = None) -> GenerationStream:
         """Text deltas as they are verified; ``.result`` once exhausted.
 
         Args:
@@ -154,6 +156,9 @@ class SpeculativeGenerator:
             num_draft: pin the number of verified draft nodes for this call (by default
                 it adapts per step, up to ``config.num_draft``).
             method: ``"trie"``, ``"backoff"``, ``"chain"`` or ``"none"`` for this call.
+            grammar: a :class:`~ngram_trie_rag.grammar.Grammar` the answer must match
+                (JSON schema, JSON, regex, EBNF): constrained decoding, exact under
+                speculation (each tree node masked by its own grammar state).
         """
         if max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -166,6 +171,9 @@ class SpeculativeGenerator:
         if len(ids) >= self.context_window:
             raise ValueError(f"prompt has {len(ids)} tokens; the context window of "
                              f"{self.model_name} is {self.context_window}")
+        constraint = None
+        if grammar is not None:  # compiled (or a clear error) before the model is held
+            constraint = compiler_for(self.tokenizer, self._vocab_size()).constraint(grammar)
         docs = self.encode_documents(documents) if documents is not None else None
         _ = self.engine.curve  # measured now, if it must be, not while the stream holds the lock
         drafter = self.drafter(ids, docs, method, num_draft)
@@ -178,7 +186,8 @@ class SpeculativeGenerator:
             rng = torch.Generator(device=self.model.device)
             rng.manual_seed(seed if seed is not None else torch.seed())
         request = _Request(drafter, params, rng,
-                           min(max_new_tokens, self.context_window - len(ids)), stats)
+                           min(max_new_tokens, self.context_window - len(ids)), stats,
+                           constraint=constraint)
         return GenerationStream(self.engine.lock, self.tokenizer, len(ids),
                                 self._steps(request, ids), TextStream(self.tokenizer, stops))
 
@@ -193,7 +202,12 @@ class SpeculativeGenerator:
     def _prefill(self, req: _Request, ids: list[int]) -> Step:
         start = time.perf_counter()
         req.kv, logits = self.engine.prefill(ids)
+        if req.constraint is not None:
+            allowed = req.constraint.masks(-1, DraftTree.empty())[0]
+            logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
         token = choose(logits, req.params, req.rng)
+        if req.constraint is not None:
+            req.constraint.advance([token])
         req.stats.prefill_s = time.perf_counter() - start
         req.decode_start = time.perf_counter()
         req.drafter.update([token])
@@ -202,11 +216,14 @@ class SpeculativeGenerator:
     def _step(self, req: _Request) -> Step:
         start = time.perf_counter()
         room = req.limit - req.produced  # tokens left before the limit
-        tree = req.drafter.propose(room - 1)  # the bonus token needs a place too
+        tree = self._draft(req, room - 1)  # the bonus token needs a place too
         inputs = self.engine.prepare(req.kv, req.last, tree)
+        allowed = None if req.constraint is None else req.constraint.masks(req.last, tree)
         forward_start = time.perf_counter()
         req.stats.draft_s += forward_start - start
         logits = self.engine.run(req.kv, inputs)
+        if allowed is not None:  # each node's row: what its own path lets follow
+            logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
         tokens, path = accept(tree, logits, req.params, req.rng)  # syncs with the device
         seconds = time.perf_counter() - forward_start
         self.engine.commit(req.kv, inputs, path)
@@ -215,7 +232,25 @@ class SpeculativeGenerator:
         req.stats.accept_lengths.append(len(tokens))
         req.stats.last_forward_s = seconds
         req.drafter.update(tokens, seconds)
+        if req.constraint is not None:
+            req.constraint.advance(tokens)
         return self._emit(req, tokens, finish)
+
+    def _draft(self, req: _Request, room: int) -> DraftTree:
+        """The trie's draft; under a grammar that forces the next tokens, those tokens
+        (certain to be accepted) instead, and the drafter just learns what follows."""
+        if req.constraint is not None:
+            forced = req.constraint.forced(room)
+            if forced:
+                req.stats.forced_tokens += len(forced)
+                return DraftTree.chain(forced)
+        return req.drafter.propose(room)
+
+    def _vocab_size(self) -> int:
+        """Rows of the output layer (the logits' width), which may exceed the
+        tokenizer's vocabulary."""
+        out = self.model.get_output_embeddings()
+        return int(out.weight.shape[0]) if out is not None else int(self.model.config.vocab_size)
 
     def _cut(self, tokens: list[int]) -> tuple[list[int], FinishReason | None]:
         """An accepted EOS ends the answer: what follows it is dropped."""

@@ -24,6 +24,7 @@ class GenerationStats:
     num_documents: int = 0
     method: str = "trie"
     last_forward_s: float = 0.0  # the latest verification forward (for the budget)
+    forced_tokens: int = 0  # tokens a grammar forced (drafted with certainty)
 
     @property
     def steps(self) -> int:

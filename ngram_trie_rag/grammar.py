@@ -1,0 +1,229 @@
+"""Grammar-constrained decoding (JSON schema, JSON, regex, EBNF) with xgrammar, under
+tree verification.
+
+Constrained greedy decoding takes, at every step, the argmax over the tokens the
+grammar allows after the tokens so far. Speculation keeps that exactly: each node of the
+draft tree gets the mask of the grammar state *after its own path*, its logits row is
+masked with it, and the usual walk (:func:`ngram_trie_rag.sampling.accept`) accepts the
+longest path of masked-argmax matches plus a bonus token. xgrammar fills every node's
+mask in one call (``GrammarMatcher.traverse_draft_tree``) and restores the matcher;
+afterwards the matcher advances by the tokens the step emitted.
+
+Tokens the grammar forces (one allowed token) are certain: :meth:`Constraint.forced`
+returns them so they can be drafted; verification accepts them at no risk.
+
+Pitfalls this module handles: the chat template's added special tokens (``<|im_start|>``)
+are not marked special in some tokenizers and would be allowed inside JSON strings, so
+every added token except the end-of-sequence ones is banned; a node the grammar rejects
+leaves its descendants' rows untouched, so the bitmask is zeroed first; compiling costs
+milliseconds to seconds per schema, so compiled grammars are cached per tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .drafting import DraftTree
+
+KINDS = ("json_schema", "json", "regex", "ebnf")
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """What the answer must match. Build with :meth:`json_schema`, :meth:`json`,
+    :meth:`regex` or :meth:`ebnf`; ``source`` is the schema (JSON text), pattern or
+    grammar."""
+
+    kind: str
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown grammar kind {self.kind!r}; expected one of {KINDS}")
+
+    @classmethod
+    def json_schema(cls, schema: dict | str | type) -> Grammar:
+        """A JSON schema (dict or JSON text) or a Pydantic model class."""
+        if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+            schema = schema.model_json_schema()
+        if isinstance(schema, dict):
+            schema = json.dumps(schema, sort_keys=True)
+        if not isinstance(schema, str):
+            raise TypeError("a JSON schema must be a dict, JSON text or a Pydantic model, "
+                            f"got {type(schema).__name__}")
+        return cls("json_schema", schema)
+
+    @classmethod
+    def json(cls) -> Grammar:
+        """Any valid JSON value (JSON mode)."""
+        return cls("json")
+
+    @classmethod
+    def regex(cls, pattern: str) -> Grammar:
+        return cls("regex", pattern)
+
+    @classmethod
+    def ebnf(cls, grammar: str) -> Grammar:
+        """A GBNF/EBNF grammar with a ``root`` rule."""
+        return cls("ebnf", grammar)
+
+
+def _xgrammar() -> Any:
+    try:
+        import xgrammar
+    except ImportError as exc:
+        raise ImportError("constrained decoding needs xgrammar: pip install "
+                          "'ngram-trie-rag[structured]'") from exc
+    return xgrammar
+
+
+class GrammarCompiler:
+    """Compiles grammars for one tokenizer and vocabulary size; thread-safe, cached."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, max_cached: int = 64) -> None:
+        xgr = _xgrammar()
+        self.vocab_size = vocab_size
+        self.info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        self._compiler = xgr.GrammarCompiler(self.info, cache_enabled=True)
+        self._cache: OrderedDict[Grammar, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_cached = max_cached
+        stops = set(self.info.stop_token_ids)
+        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        self.banned = sorted(i for i in added if i not in stops and i < vocab_size)
+
+    def compile(self, grammar: Grammar) -> Any:
+        """The compiled grammar (cached); a ValueError says why one cannot compile."""
+        with self._lock:
+            hit = self._cache.get(grammar)
+            if hit is not None:
+                self._cache.move_to_end(grammar)
+                return hit
+        try:
+            compiled = self._compile(grammar)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            raise ValueError(f"cannot compile the {grammar.kind} grammar: {exc}") from exc
+        with self._lock:
+            self._cache[grammar] = compiled
+            while len(self._cache) > self.max_cached:
+                self._cache.popitem(last=False)
+        return compiled
+
+    def _compile(self, grammar: Grammar) -> Any:
+        c = self._compiler
+        if grammar.kind == "json_schema":
+            return c.compile_json_schema(grammar.source, any_whitespace=False)
+        if grammar.kind == "json":
+            return c.compile_builtin_json_grammar()
+        if grammar.kind == "regex":
+            return c.compile_regex(grammar.source)
+        return c.compile_grammar(grammar.source)
+
+    def constraint(self, grammar: Grammar) -> Constraint:
+        return Constraint(self.compile(grammar), self.vocab_size, self.banned)
+
+
+_COMPILERS: dict[tuple[int, int], GrammarCompiler] = {}
+_COMPILERS_LOCK = threading.Lock()
+
+
+def compiler_for(tokenizer: Any, vocab_size: int) -> GrammarCompiler:
+    """One compiler (and cache) per tokenizer object and vocabulary size."""
+    key = (id(tokenizer), vocab_size)
+    with _COMPILERS_LOCK:
+        compiler = _COMPILERS.get(key)
+        if compiler is None:
+            compiler = _COMPILERS[key] = GrammarCompiler(tokenizer, vocab_size)
+        return compiler
+
+
+class Constraint:
+    """One request's grammar state: masks for a draft tree, then the tokens it took."""
+
+    def __init__(self, compiled: Any, vocab_size: int, banned: Iterable[int] = ()) -> None:
+        xgr = _xgrammar()
+        self._xgr = xgr
+        self.matcher = xgr.GrammarMatcher(compiled)
+        self.vocab_size = vocab_size
+        self._banned = torch.tensor(sorted(banned), dtype=torch.long)
+        self._bits = torch.arange(32, dtype=torch.int32)
+
+    @property
+    def terminated(self) -> bool:
+        return bool(self.matcher.is_terminated())
+
+    def masks(self, last: int, tree: DraftTree) -> torch.Tensor:
+        """(1 + N, V) bool: row 0 allows what may follow the committed tokens, row
+        ``i + 1`` what may follow node ``i``'s path (all False for a node the grammar
+        rejects, which the walk can never reach)."""
+        n = len(tree)
+        bitmask = self._xgr.allocate_token_bitmask(1 + n, self.vocab_size)
+        bitmask.zero_()
+        if n == 0:
+            self.matcher.fill_next_token_bitmask(bitmask, 0)
+        else:
+            first, sibling = _retrieve_arrays(tree)
+            tokens = torch.cat([torch.tensor([last]), torch.as_tensor(tree.tokens)]).long()
+            self.matcher.traverse_draft_tree(first, sibling, tokens, bitmask)
+        # (R, W) int32 words -> (R, W * 32) bits, little-endian within a word
+        allowed = ((bitmask.unsqueeze(-1) >> self._bits) & 1).bool()
+        allowed = allowed.reshape(1 + n, -1)[:, :self.vocab_size]
+        if self._banned.numel():
+            allowed[:, self._banned] = False
+        return allowed
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        """The tokens a step emitted, in order (each was allowed by its mask)."""
+        for tok in tokens:
+            if self.matcher.is_terminated():
+                return
+            if not self.matcher.accept_token(int(tok)):
+                raise RuntimeError(f"token {tok} is not allowed by the grammar here")
+
+    def forced(self, limit: int) -> list[int]:
+        """Up to ``limit`` tokens the grammar forces from here (one allowed token each),
+        found on a fork of the matcher, so nothing is committed."""
+        if limit < 1 or self.matcher.is_terminated():
+            return []
+        fork = self.matcher.fork()
+        bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
+        out: list[int] = []
+        while len(out) < limit and not fork.is_terminated():
+            bitmask.zero_()
+            fork.fill_next_token_bitmask(bitmask, 0)
+            allowed = ((bitmask[0].unsqueeze(-1) >> self._bits) & 1).reshape(-1)
+            allowed = allowed[:self.vocab_size].bool()
+            if self._banned.numel():
+                allowed[self._banned] = False
+            ids = torch.nonzero(allowed).flatten()
+            if ids.numel() != 1:
+                break
+            tok = int(ids[0])
+            if tok in self.matcher.stop_token_ids or not fork.accept_token(tok):
+                break
+            out.append(tok)
+        return out
+
+
+def _retrieve_arrays(tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
+    """xgrammar's tree layout over 1 + N nodes (0 = the committed token): each node's
+    first child and next sibling, -1 for none. Pre-order keeps children in order."""
+    n = len(tree)
+    first = torch.full((1 + n,), -1, dtype=torch.long)
+    sibling = torch.full((1 + n,), -1, dtype=torch.long)
+    last_child: dict[int, int] = {}
+    for i, parent in enumerate(tree.parents.tolist()):
+        node, par = i + 1, parent + 1  # parent -1 (the committed token) -> node 0
+        if par in last_child:
+            sibling[last_child[par]] = node
+        else:
+            first[par] = node
+        last_child[par] = node
+    return first, sibling
