@@ -54,7 +54,7 @@ class Grammar:
         if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
             schema = schema.model_json_schema()
         if isinstance(schema, dict):
-            schema = json.dumps(schema, sort_keys=True)
+            schema = json.dumps(schema)  # key order kept: it is the properties' order
         if not isinstance(schema, str):
             raise TypeError("a JSON schema must be a dict, JSON text or a Pydantic model, "
                             f"got {type(schema).__name__}")
