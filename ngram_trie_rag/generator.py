@@ -238,8 +238,9 @@ class SpeculativeGenerator:
 
     def _draft(self, req: _Request, room: int) -> DraftTree:
         """The trie's draft; under a grammar that forces the next tokens, those tokens
-        (certain to be accepted) instead, and the drafter just learns what follows."""
-        if req.constraint is not None:
+        (certain to be accepted) instead, and the drafter just learns what follows.
+        With drafting off (``method="none"``) every step stays one token."""
+        if req.constraint is not None and req.drafter.method != "none":
             forced = req.constraint.forced(room)
             if forced:
                 req.stats.forced_tokens += len(forced)

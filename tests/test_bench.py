@@ -373,3 +373,19 @@ def test_malformed_rows(tmp_path: Path) -> None:
         load_items(_jsonl(tmp_path / "empty.jsonl", []))
     with pytest.raises(FileNotFoundError):
         load_items(tmp_path / "missing.jsonl")
+
+
+@needs_data
+def test_structured_task_compares_with_constrained_plain_greedy(
+        gen: SpeculativeGenerator) -> None:
+    pytest.importorskip("xgrammar")
+    cfg = BenchConfig(data=str(HAGRID), limit=1, max_new_tokens=24, methods=("trie",),
+                      warmup=0, grammar="cited-json")
+    doc = run_benchmark(cfg, generator=gen, progress=False)
+    assert doc["meta"]["reference"] == "plain" and list(doc["methods"]) == ["plain", "trie"]
+    assert doc["methods"]["trie"]["exact_match_rate"] == 1.0
+    plain = doc["prompts"][0]["methods"]["plain"]
+    assert plain["extra"]["forced_tokens"] == 0  # constrained greedy: one token a step
+    assert "grammar cited-json" in bench_table(doc)
+    with pytest.raises(ValueError, match="cannot decode under a grammar"):
+        BenchConfig(data=str(HAGRID), methods=("vanilla", "trie"), grammar="cited-json")

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..loading import ModelNotFoundError
-from .config import METHODS, TREE_METHODS, BenchConfig, SweepConfig
+from .config import CONSTRAINED_METHODS, METHODS, TREE_METHODS, BenchConfig, SweepConfig
 from .data import EXPECTED_SHAPES, DataFormatError
 from .plots import write_plots
 from .report import bench_table, sweep_tables, write_json
@@ -57,8 +57,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "and report tokens/s, speed-up vs vanilla greedy, accept lengths, "
                     "share of the oracle ceiling and exact-match rate.")
     _model_flags(bench)
-    bench.add_argument("--methods", default=",".join(METHODS), metavar="LIST",
-                       help=f"comma-separated subset of {','.join(METHODS)}, and "
+    bench.add_argument("--methods", default=None, metavar="LIST",
+                       help=f"comma-separated subset of {','.join(METHODS)} (default: all; "
+                            "under --grammar: plain,chain,trie), and "
                             "trie@K / chain@K for a drafter with K nodes pinned per step "
                             "(vanilla always runs: it is the reference)")
     bench.add_argument("--n", type=int, default=13, metavar="N",
@@ -72,6 +73,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="hf-pld prompt_lookup_num_tokens (default: %(default)s)")
     bench.add_argument("--pld-max-ngram", type=int, default=3, metavar="N",
                        help="hf-pld max_matching_ngram_size (default: %(default)s)")
+    bench.add_argument("--grammar", default=None, metavar="NAME|SCHEMA.json",
+                       help="a structured task: every method decodes under this grammar "
+                            "(cited-json: answer + quote; json; or a JSON-schema file), "
+                            "compared with constrained plain greedy")
     bench.add_argument("--out", required=True, metavar="results.json")
     bench.add_argument("--plot", default=None, metavar="DIR", help="also write PNG charts here")
     bench.set_defaults(func=cmd_bench)
@@ -112,9 +117,13 @@ def _common(args: argparse.Namespace) -> dict:
 
 def bench_config(args: argparse.Namespace) -> BenchConfig:
     """Parsed ``bench`` flags -> :class:`BenchConfig`."""
-    return BenchConfig(**_common(args), methods=args.methods, n=args.n,
+    methods = args.methods
+    if methods is None:  # every method, or under a grammar those that can decode under one
+        methods = CONSTRAINED_METHODS if args.grammar else METHODS
+    return BenchConfig(**_common(args), methods=methods, n=args.n,
                        prefix_len=args.prefix_len, num_draft=args.num_draft,
-                       pld_num_tokens=args.pld_num_tokens, pld_max_ngram=args.pld_max_ngram)
+                       pld_num_tokens=args.pld_num_tokens, pld_max_ngram=args.pld_max_ngram,
+                       grammar=args.grammar)
 
 
 def sweep_config(args: argparse.Namespace) -> SweepConfig:

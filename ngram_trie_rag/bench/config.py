@@ -9,6 +9,11 @@ from dataclasses import dataclass
 #: what the engine's forwards gain and what speculation gains.
 METHODS = ("vanilla", "hf-pld", "plain", "chain", "trie")
 REFERENCE = "vanilla"
+#: Under a grammar the reference is constrained plain greedy in the same engine (one
+#: token a step, same masks); ``vanilla`` and ``hf-pld`` decode unconstrained.
+CONSTRAINED_REFERENCE = "plain"
+UNCONSTRAINED_ONLY = ("vanilla", "hf-pld")
+CONSTRAINED_METHODS = ("plain", "chain", "trie")
 #: Drafters that also run with a pinned budget, named ``<drafter>@K`` (e.g. ``trie@8``:
 #: the tree drafter verifying up to 8 nodes every step instead of its adaptive budget),
 #: so that a budget can be compared with the adaptive one side by side in one run.
@@ -53,10 +58,21 @@ class BenchConfig(RunConfig):
     num_draft: int | None = None  # pinned per call; None = the generator's own policy
     pld_num_tokens: int = 10  # prompt_lookup_num_tokens of hf-pld
     pld_max_ngram: int = 3  # max_matching_ngram_size of hf-pld
+    grammar: str | None = None  # a preset (bench.grammars) or a JSON-schema file
+
+    @property
+    def reference(self) -> str:
+        """The method every other is compared with."""
+        return CONSTRAINED_REFERENCE if self.grammar is not None else REFERENCE
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.methods = normalise_methods(self.methods)
+        self.methods = normalise_methods(self.methods, self.reference)
+        if self.grammar is not None:
+            bad = [m for m in self.methods if m in UNCONSTRAINED_ONLY]
+            if bad:
+                raise ValueError(f"{bad} cannot decode under a grammar; with --grammar use "
+                                 "plain, chain, trie and pinned drafters")
         _check_positive(pld_num_tokens=self.pld_num_tokens, pld_max_ngram=self.pld_max_ngram)
         if self.num_draft is not None:
             _check_positive(num_draft=self.num_draft)
@@ -102,7 +118,8 @@ class SweepConfig(RunConfig):
         return list(dict.fromkeys(c for c in grid + row if c[0] > c[1]))
 
 
-def normalise_methods(methods: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+def normalise_methods(methods: str | tuple[str, ...] | list[str],
+                      reference: str = REFERENCE) -> tuple[str, ...]:
     """Validate, dedupe, and put the reference first (speed-ups and exactness need it)."""
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods)
     names = [m for m in names if m]
@@ -111,7 +128,7 @@ def normalise_methods(methods: str | tuple[str, ...] | list[str]) -> tuple[str, 
         raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS)}, "
                          f"or {' / '.join(f'{d}@K' for d in PINNABLE)} for a budget pinned "
                          "at K >= 1 nodes")
-    return tuple(dict.fromkeys([REFERENCE, *names]))
+    return tuple(dict.fromkeys([reference, *names]))
 
 
 def pinned_budget(method: str) -> tuple[str, int] | None:

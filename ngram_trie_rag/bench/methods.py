@@ -31,6 +31,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from ..engine.kv_cache import cache_kwargs
 from ..generator import SpeculativeGenerator
+from ..grammar import Grammar
 from .config import pinned_budget
 
 
@@ -149,24 +150,26 @@ def run_hf_pld(gen: SpeculativeGenerator, prompt_ids: list[int], max_new_tokens:
 
 
 def run_core(gen: SpeculativeGenerator, prompt_ids: list[int], documents: list[str] | None,
-             max_new_tokens: int, method: str, num_draft: int | None = None) -> Run:
+             max_new_tokens: int, method: str, num_draft: int | None = None,
+             grammar: Grammar | None = None) -> Run:
     """This library's generator; ``num_draft=None`` keeps its own budget policy."""
     synchronize(gen.model)
     start = time.perf_counter()
     res = gen.generate(prompt_ids, documents=documents, max_new_tokens=max_new_tokens,
-                       method=method, num_draft=num_draft)
+                       method=method, num_draft=num_draft, grammar=grammar)
     synchronize(gen.model)
     total = time.perf_counter() - start
     s = res.stats
     return Run(list(res.token_ids), total, s.prefill_s, list(s.accept_lengths),
                draft_s=s.draft_s, core_decode_s=s.decode_s, trie_build_s=s.trie_build_s,
                drafted=s.drafted, draft_sizes=list(s.draft_sizes),
-               extra={"trie_tokens": s.trie_tokens,
-                                         "draft_source": s.draft_source})
+               extra={"trie_tokens": s.trie_tokens, "draft_source": s.draft_source,
+                      "forced_tokens": s.forced_tokens})
 
 
 def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int | None,
-                 pld_num_tokens: int, pld_max_ngram: int) -> dict[str, Runner]:
+                 pld_num_tokens: int, pld_max_ngram: int,
+                 grammar: Grammar | None = None) -> dict[str, Runner]:
     """Name -> ``runner(prompt_ids, documents, max_new_tokens, hf_prefill_s) -> Run``.
 
     ``plain`` is the generator with no draft (every step one token): the same forwards,
@@ -179,20 +182,24 @@ def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int
     nodes pinned, on a generator of their own too.
     """
     own = {m: gen.reshaped() for m in ("plain", "chain", "trie")}
-    runners = {name: _pinned_runner(gen.reshaped(), *pin) for name in names
+    runners = {name: _pinned_runner(gen.reshaped(), *pin, grammar) for name in names
                if (pin := pinned_budget(name)) is not None}
+    g = grammar  # under a grammar every core method decodes constrained
     known: dict[str, Runner] = {
         "vanilla": lambda ids, docs, new, pre: run_vanilla(gen, ids, new, pre),
         "hf-pld": lambda ids, docs, new, pre: run_hf_pld(gen, ids, new, pre, pld_num_tokens,
                                                          pld_max_ngram),
-        "plain": lambda ids, docs, new, pre: run_core(own["plain"], ids, docs, new, "none"),
+        "plain": lambda ids, docs, new, pre: run_core(own["plain"], ids, docs, new, "none",
+                                                      grammar=g),
         "chain": lambda ids, docs, new, pre: run_core(own["chain"], ids, docs, new, "chain",
-                                                      num_draft),
+                                                      num_draft, g),
         "trie": lambda ids, docs, new, pre: run_core(own["trie"], ids, docs, new, "trie",
-                                                     num_draft),
+                                                     num_draft, g),
     }
     return {name: runners.get(name) or known[name] for name in names}
 
 
-def _pinned_runner(gen: SpeculativeGenerator, method: str, num_draft: int) -> Runner:
-    return lambda ids, docs, new, pre: run_core(gen, ids, docs, new, method, num_draft)
+def _pinned_runner(gen: SpeculativeGenerator, method: str, num_draft: int,
+                   grammar: Grammar | None = None) -> Runner:
+    return lambda ids, docs, new, pre: run_core(gen, ids, docs, new, method, num_draft,
+                                                grammar)

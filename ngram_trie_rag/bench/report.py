@@ -65,7 +65,23 @@ def bench_table(results: dict) -> str:
     if capped:
         footer += ("\noracle with at most K draft tokens per step: "
                    + ", ".join(f"K={k} {fmt(v)}" for k, v in capped.items()))
+    if meta.get("grammar"):
+        footer += (f"\ngrammar {meta['grammar']}: speed-ups and exactness against "
+                   f"constrained plain greedy ({meta['reference']}); tokens the grammar "
+                   "forced: " + ", ".join(f"{m} {fmt(_pct(share), '.0f', '%')}"
+                                          for m, share in forced_shares(results).items()))
     return table(header, rows) + "\n" + footer
+
+
+def forced_shares(results: dict) -> dict[str, float]:
+    """Per method, the share of answer tokens the grammar forced (drafted for free)."""
+    out = {}
+    for name in results["methods"]:
+        runs = [p["methods"][name] for p in results["prompts"]]
+        tokens = sum(r["new_tokens"] for r in runs)
+        forced = sum((r.get("extra") or {}).get("forced_tokens", 0) for r in runs)
+        out[name] = forced / tokens if tokens else 0.0
+    return out
 
 
 def sweep_tables(doc: dict) -> str:

@@ -22,8 +22,9 @@ from tqdm.auto import tqdm
 
 from ..drafting.oracle import oracle_accept_length, same_size_bounds
 from ..generator import SpeculativeGenerator
-from .config import REFERENCE, BenchConfig, RunConfig
+from .config import BenchConfig, RunConfig
 from .data import BenchItem, load_items
+from .grammars import bench_grammar
 from .meta import command_line, environment
 from .methods import Run, make_runners, measure_prefill
 from .metrics import pooled_oracle, summarise
@@ -67,13 +68,18 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
     by ``cfg``'s); otherwise the model is loaded from ``cfg``.
     """
     items = load_items(cfg.data, cfg.limit)  # before the model: bad data fails fast
+    grammar = None
+    if cfg.grammar is not None:  # the structured task: its instruction joins every prompt
+        grammar, instruction = bench_grammar(cfg.grammar)
+        items = [dataclasses.replace(it, text=f"{it.text}\n\n{instruction}") for it in items]
+    reference_method = cfg.reference
     draft = {"n": cfg.n, "prefix_len": cfg.prefix_len}
     if cfg.num_draft is not None:  # pinned per call; also the generator's own setting
         draft["num_draft"] = cfg.num_draft
     gen = load_generator(cfg, generator, **draft)
     prompts = [encode_item(gen, it) for it in items]
     runners = make_runners(gen, cfg.methods, cfg.num_draft, cfg.pld_num_tokens,
-                           cfg.pld_max_ngram)
+                           cfg.pld_max_ngram, grammar)
 
     for _ in range(cfg.warmup):  # first-call costs (allocations, thread pools), not recorded
         for fn in runners.values():
@@ -88,7 +94,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         done: dict[str, Run] = {}
         for name in rotated(cfg.methods, i):
             done[name] = runners[name](ids, item.documents, cfg.max_new_tokens, prefill)
-        reference = done[REFERENCE].token_ids
+        reference = done[reference_method].token_ids
         oracle = oracle_accept_length(ids, reference)
         for run in done.values():
             run.exact = run.token_ids == reference
@@ -103,7 +109,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         bar.set_postfix({m: f"{r.new_tokens / r.total_s:.1f}t/s" for m, r in done.items()})
     bar.close()
 
-    lengths = [r.new_tokens for r in runs[REFERENCE]]
+    lengths = [r.new_tokens for r in runs[reference_method]]
     oracle_mean = pooled_oracle([r["oracle_accept_length"] for r in records], lengths)
     by_draft = {str(k): pooled_oracle([r["oracle_by_max_draft"][str(k)] for r in records],
                                       lengths) for k in ORACLE_MAX_DRAFT}
@@ -114,7 +120,8 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         "row_shape": sorted({it.shape for it in items}),
         "max_new_tokens": cfg.max_new_tokens,
         "methods": list(cfg.methods),
-        "reference": REFERENCE,
+        "reference": reference_method,
+        "grammar": cfg.grammar,
         "warmup": cfg.warmup,
         "drafter": {"n": cfg.n, "prefix_len": cfg.prefix_len, "num_draft": cfg.num_draft,
                     "generator_config": dataclasses.asdict(gen.config)},
@@ -123,7 +130,8 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         "oracle_accept_length": oracle_mean,
         "oracle_by_max_draft": by_draft,
     }
-    methods = {m: summarise(runs[m], runs[REFERENCE], oracle_mean) for m in cfg.methods}
+    methods = {m: summarise(runs[m], runs[reference_method], oracle_mean)
+               for m in cfg.methods}
     return {"meta": meta, "methods": methods, "prompts": records}
 
 
@@ -140,6 +148,6 @@ def _record(i: int, item: BenchItem, ids: list[int], hf_prefill: float, oracle: 
         "oracle_accept_length": oracle,
         "oracle_by_max_draft": {str(k): v for k, v in capped.items()},
         "order": rotated(order, i),
-        "reference_ids": done[REFERENCE].token_ids,
+        "reference_ids": done[order[0]].token_ids,  # methods start with the reference
         "methods": {m: done[m].to_dict() for m in order},
     }
