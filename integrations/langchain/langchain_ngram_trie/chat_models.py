@@ -3,11 +3,15 @@
 Messages go through the model's chat template; tokens are drafted from the documents the
 enclosing chain retrieved (or passed with ``documents=``) and verified by the model, so the
 answer is the model's own: under greedy decoding, token for token what plain decoding gives.
+
+Tools (``bind_tools``), structured output (``with_structured_output``) and JSON mode
+(``bind(response_format=...)``) decode under a grammar on the local engine, still
+speculatively and still exactly: see ``output_format``, ``tools`` and ``structured``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing, closing
 from typing import Any
 
@@ -15,14 +19,20 @@ from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
     CallbackManagerForLLMRun,
 )
-from langchain_core.language_models import BaseChatModel, LangSmithParams
+from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from .messages import to_chat
+from .messages import to_chat, with_instruction
 from .metadata import Answer, message_metadata
+from .output_format import OutputFormat, pop_output_format
 from .registry import call_run_ids
 from .settings import NGramTrieSettings, Request
+from .structured import Method, structured_runnable
+from .tools import reply_tool_calls, tool_call_chunks, tool_choice_name, tool_specs
 
 
 class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
@@ -53,6 +63,15 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
     There ``response_metadata["speculative"]`` names the backend, the draft source and
     documents, and vLLM's per-request ``acceptance`` when vLLM reports it (``None``
     otherwise; see ``metadata``).
+
+    Tools and structured output (local engine):
+
+        ```python
+        llm.bind_tools([get_weather], tool_choice="any").invoke("Weather in Paris?")
+        # AIMessage(content="", tool_calls=[{"name": "get_weather", "args": {...}, ...}])
+        llm.with_structured_output(Joke).invoke("Tell me a joke")  # a Joke instance
+        llm.bind(response_format={"type": "json_object"})  # JSON mode
+        ```
     """
 
     streaming: bool = False
@@ -69,27 +88,89 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         return LangSmithParams(**self._ls_params("chat", stop, kwargs))
 
+    # ---- tools and structured output ----------------------------------------------------------
+    def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+                   *, tool_choice: str | dict[str, Any] | bool | None = None,
+                   parallel_tool_calls: bool | None = None,
+                   **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+        """Offer ``tools``; replies carry ``tool_calls`` (or ``content`` for a plain answer).
+
+        ``tool_choice``: ``None``/``"auto"`` (the model decides), ``"any"``/``"required"``
+        (at least one call), a tool's name (that tool), ``"none"`` (text, tools unseen).
+        ``parallel_tool_calls=True`` allows several calls per reply; the default is one,
+        as a small model given the room tends to repeat its call.
+        """
+        self._refuse_grammar_off_local("bind_tools")
+        specs = tool_specs(tools)  # bad tools and choices fail here, not at the first call
+        tool_choice_name(tool_choice, [s.name for s in specs])
+        options: dict[str, Any] = {"tools": [convert_to_openai_tool(t) for t in tools]}
+        if tool_choice is not None:
+            options["tool_choice"] = tool_choice
+        if parallel_tool_calls is not None:
+            options["parallel_tool_calls"] = parallel_tool_calls
+        return super().bind(**options, **kwargs)
+
+    def with_structured_output(self, schema: dict[str, Any] | type | None = None, *,
+                               method: Method = "json_schema", include_raw: bool = False,
+                               strict: bool | None = None,
+                               **kwargs: Any) -> Runnable[LanguageModelInput, Any]:
+        """Answers parsed into ``schema`` (Pydantic class, TypedDict or JSON schema).
+
+        ``method``: ``"json_schema"`` (grammar from the schema), ``"json_mode"`` (any JSON
+        object; the prompt must ask for the keys) or ``"function_calling"`` (a forced tool
+        call). The grammar makes every answer match, so ``strict`` changes nothing.
+        """
+        del strict
+        if kwargs:
+            raise ValueError(f"unsupported arguments {sorted(kwargs)}")
+        self._refuse_grammar_off_local("with_structured_output")
+        if method == "function_calling":
+            return super().with_structured_output(schema, include_raw=include_raw)
+        return structured_runnable(self, schema, method, include_raw)
+
+    def _refuse_grammar_off_local(self, what: str) -> None:
+        if self.runs_on != "local":
+            raise NotImplementedError(
+                f"{what} (tools, structured output, JSON mode) needs grammar-constrained "
+                f"decoding, which runs on backend='local' only for now; this model runs on "
+                f"{self.runs_on!r}. Use ChatNGramTrie(backend='local') for these calls.")
+
     # ---- whole answers ----------------------------------------------------------------------
     def _chat_request(self, messages: list[BaseMessage], stop: list[str] | None,
-                      run_manager: Any, kwargs: dict[str, Any]) -> Request:
-        return self._request(to_chat(messages), stop, kwargs, *call_run_ids(run_manager))
+                      run_manager: Any,
+                      kwargs: dict[str, Any]) -> tuple[Request, OutputFormat | None]:
+        """The request, and the shape its answer must take (``None``: free text)."""
+        kwargs = dict(kwargs)
+        output = pop_output_format(kwargs)
+        if output is not None and output.grammar is not None:
+            self._refuse_grammar_off_local("a grammar-constrained call")
+        chat = with_instruction(to_chat(messages), output.instruction if output else None)
+        request = self._request(chat, stop, kwargs, *call_run_ids(run_manager))
+        if output is not None and output.grammar is not None:
+            request.options["grammar"] = output.grammar
+        return request, output
 
     @staticmethod
-    def _result(answer: Answer) -> ChatResult:
-        message = AIMessage(content=answer.text, **message_metadata(answer))
+    def _result(answer: Answer, output: OutputFormat | None) -> ChatResult:
+        metadata = message_metadata(answer)
+        if output is not None and output.tools:
+            content, calls = reply_tool_calls(answer.text)
+            message = AIMessage(content=content, tool_calls=calls, **metadata)
+        else:
+            message = AIMessage(content=answer.text, **metadata)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,
                   **kwargs: Any) -> ChatResult:
-        request = self._chat_request(messages, stop, run_manager, kwargs)
-        return self._result(self._generate_one(request))
+        request, output = self._chat_request(messages, stop, run_manager, kwargs)
+        return self._result(self._generate_one(request), output)
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
-        request = self._chat_request(messages, stop, run_manager, kwargs)
-        return self._result(await self._agenerate_one(request))
+        request, output = self._chat_request(messages, stop, run_manager, kwargs)
+        return self._result(await self._agenerate_one(request), output)
 
     # ---- streams ----------------------------------------------------------------------------
     @staticmethod
@@ -101,18 +182,36 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
         return ChatGenerationChunk(message=AIMessageChunk(
             content="", chunk_position="last", **message_metadata(answer)))
 
+    @staticmethod
+    def _calls_chunk(answer: Answer) -> ChatGenerationChunk:
+        """A tool-call reply as one last chunk: its JSON is the format, not the answer, so
+        it is not streamed as text; the calls come as ``tool_call_chunks``."""
+        content, calls = reply_tool_calls(answer.text)
+        return ChatGenerationChunk(message=AIMessageChunk(
+            content=content, tool_call_chunks=tool_call_chunks(calls), chunk_position="last",
+            **message_metadata(answer)))
+
+    @classmethod
+    def _chunks(cls, delta: str, answer: Answer | None,
+                output: OutputFormat | None) -> Iterator[ChatGenerationChunk]:
+        if output is None or not output.tools:
+            yield cls._chunk(delta, answer)
+        elif answer is not None:
+            yield cls._calls_chunk(answer)
+
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,
                 **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        request = self._chat_request(messages, stop, run_manager, kwargs)
+        request, output = self._chat_request(messages, stop, run_manager, kwargs)
         with closing(self._deltas(request)) as pairs:  # leaving early frees the model
             for delta, answer in pairs:
-                yield self._chunk(delta, answer)
+                yield from self._chunks(delta, answer, output)
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        request = self._chat_request(messages, stop, run_manager, kwargs)
+        request, output = self._chat_request(messages, stop, run_manager, kwargs)
         async with aclosing(self._adeltas(request)) as pairs:
             async for delta, answer in pairs:
-                yield self._chunk(delta, answer)
+                for chunk in self._chunks(delta, answer, output):
+                    yield chunk

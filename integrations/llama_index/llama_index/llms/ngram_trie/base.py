@@ -30,6 +30,7 @@ from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
+from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import default_completion_to_prompt
 from ngram_trie_rag import GenerationStream, SpeculativeGenerator, shared_generator
 from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
@@ -39,7 +40,10 @@ from ngram_trie_rag.threads import run_blocking
 
 from .backends import Outcome, Place, check_call_options, check_fields, place, vllm_options
 from .drafting import DraftItem, DraftSource, drafting_from, resolve_draft_source
+from .function_calling import TOOL_REPLY, ToolCalling, refuse_on_vllm
 from .streams import acollect, adeltas, collect, deltas
+from .structured import StructuredOutput
+from .tools import reply_message, streamed_content, template_messages
 from .tracking import get_tracker
 
 Prompt = str | list[dict[str, str]]
@@ -48,9 +52,10 @@ R = TypeVar("R", CompletionResponse, ChatResponse)
 Wrap = Callable[[str, str | None, Outcome | None, DraftSource], R]
 
 # Per-call options a caller may pass as keyword arguments; anything else LlamaIndex passes
-# along (e.g. ``formatted``, tool settings) is not a generation option and is ignored.
+# along (e.g. ``formatted``) is not a generation option and is ignored. ``grammar``: an
+# ``ngram_trie_rag.grammar.Grammar`` the answer must match (local engine only).
 _OPTIONS = ("max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed",
-            "num_draft", "method")
+            "num_draft", "method", "grammar")
 
 
 @dataclass(frozen=True)
@@ -60,9 +65,10 @@ class _Request:
     prompt: Prompt
     source: DraftSource
     options: dict[str, Any]
+    tool_reply: bool = False  # the answer is a tool-call reply (JSON) to be parsed
 
 
-class NGramTrieLLM(CustomLLM):
+class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM):
     """Local Hugging Face causal LM with n-gram trie speculative decoding.
 
     Lossless: greedy answers equal ``model.generate(do_sample=False)``; with a temperature
@@ -74,6 +80,12 @@ class NGramTrieLLM(CustomLLM):
     Draft source of a call, first match wins: ``documents=`` passed to the call, an
     enclosing ``with llm.drafting_from(nodes):`` block, the nodes the running query's
     response synthesizer received (after reranking), else the prompt itself.
+
+    Locally it is also a function-calling LLM: ``chat_with_tools`` (and ``FunctionAgent``)
+    offers the tools in a system message and decodes the reply under a grammar built from
+    their schemas; ``structured_predict`` and ``as_structured_llm`` decode under the output
+    class's JSON schema; ``grammar=`` (an ``ngram_trie_rag.grammar.Grammar``) constrains any
+    call. All of it is exact under speculation and drafts from the same sources.
 
     Example::
 
@@ -193,6 +205,7 @@ class NGramTrieLLM(CustomLLM):
             context_window=self.context_window or self._model_context_window(),
             num_output=self.max_new_tokens,
             is_chat_model=self._uses_chat_template(),
+            is_function_calling_model=self.runs_on == "local",  # grammars run locally only
             model_name=self.model_name or self._default_name(),
         )
 
@@ -226,7 +239,9 @@ class NGramTrieLLM(CustomLLM):
 
     # ---- requests ---------------------------------------------------------------------
     def _chat_prompt(self, messages: Sequence[ChatMessage]) -> Prompt:
-        """Messages for the model's chat template, or one string when it has none."""
+        """Messages for the model's chat template, or one string when it has none; earlier
+        tool calls and results rewritten into the template's roles (see ``tools``)."""
+        messages = template_messages(messages)
         if not self._uses_chat_template():
             return self.messages_to_prompt(messages)
         return [{"role": _role(m.role), "content": m.content or ""} for m in messages]
@@ -252,8 +267,11 @@ class NGramTrieLLM(CustomLLM):
         if kwargs.get("max_tokens") is not None:  # the usual LlamaIndex spelling
             options["max_new_tokens"] = kwargs["max_tokens"]
         check_call_options(self.runs_on, kwargs)
+        if kwargs.get("grammar") is not None:
+            refuse_on_vllm(self.runs_on, "grammar=")
         options.update({k: kwargs[k] for k in _OPTIONS if kwargs.get(k) is not None})
-        return _Request(prompt, resolve_draft_source(kwargs.get("documents")), options)
+        return _Request(prompt, resolve_draft_source(kwargs.get("documents")), options,
+                        tool_reply=bool(kwargs.get(TOOL_REPLY)))
 
     def _completion_request(self, prompt: str, formatted: bool,
                             kwargs: dict[str, Any]) -> _Request:
@@ -308,6 +326,27 @@ class NGramTrieLLM(CustomLLM):
             return ChatResponse(message=message, delta=delta)
         extra, raw = self._info(outcome, source)
         return ChatResponse(message=message, delta=delta, additional_kwargs=extra, raw=raw)
+
+    def _tool_chat(self, text: str, delta: str | None, outcome: Outcome | None,
+                   source: DraftSource) -> ChatResponse:
+        """A tool-call reply: the message holds its content and calls, never the JSON
+        (kept in ``raw["reply"]``). While streaming, ``delta`` is new answer text only, so
+        an agent's stream shows the answer and not the JSON around it."""
+        before = streamed_content(text[: len(text) - len(delta or "")])
+        if outcome is None:
+            content = streamed_content(text)
+            message = ChatMessage(role=MessageRole.ASSISTANT, content=content)
+            return ChatResponse(message=message, delta=content[len(before):])
+        message = reply_message(text)
+        content = message.content or ""
+        if delta is not None:  # the rest of the answer (none when the reply was calls)
+            delta = content[len(before):] if content.startswith(before) else ""
+        extra, raw = self._info(outcome, source)
+        return ChatResponse(message=message, delta=delta, additional_kwargs=extra,
+                            raw={**raw, "reply": text})
+
+    def _chat_wrap(self, request: _Request) -> Wrap[ChatResponse]:
+        return self._tool_chat if request.tool_reply else self._chat
 
     # ---- one call, any response type ---------------------------------------------------
     # Locally the stream is opened (prompt and documents encoded) when the call is made,
@@ -393,11 +432,13 @@ class NGramTrieLLM(CustomLLM):
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return self._whole(self._chat_request(messages, kwargs), self._chat)
+        request = self._chat_request(messages, kwargs)
+        return self._whole(request, self._chat_wrap(request))
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        return self._streamed(self._chat_request(messages, kwargs), self._chat)
+        request = self._chat_request(messages, kwargs)
+        return self._streamed(request, self._chat_wrap(request))
 
     # ---- async: generation runs on the generation pool, the event loop stays free -----
     @llm_completion_callback()
@@ -414,12 +455,14 @@ class NGramTrieLLM(CustomLLM):
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return await self._awhole(self._chat_request(messages, kwargs), self._chat)
+        request = self._chat_request(messages, kwargs)
+        return await self._awhole(request, self._chat_wrap(request))
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage],
                            **kwargs: Any) -> ChatResponseAsyncGen:
-        return await self._astreamed(self._chat_request(messages, kwargs), self._chat)
+        request = self._chat_request(messages, kwargs)
+        return await self._astreamed(request, self._chat_wrap(request))
 
 
 def _accumulate(source: DraftSource,
