@@ -203,8 +203,7 @@ class SpeculativeGenerator:
         start = time.perf_counter()
         req.kv, logits = self.engine.prefill(ids)
         if req.constraint is not None:
-            allowed = req.constraint.masks(-1, DraftTree.empty())[0]
-            logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
+            logits = _constrained(logits, req.constraint.masks(-1, DraftTree.empty())[0])
         token = choose(logits, req.params, req.rng)
         if req.constraint is not None:
             req.constraint.advance([token])
@@ -223,7 +222,7 @@ class SpeculativeGenerator:
         req.stats.draft_s += forward_start - start
         logits = self.engine.run(req.kv, inputs)
         if allowed is not None:  # each node's row: what its own path lets follow
-            logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
+            logits = _constrained(logits, allowed)
         tokens, path = accept(tree, logits, req.params, req.rng)  # syncs with the device
         seconds = time.perf_counter() - forward_start
         self.engine.commit(req.kv, inputs, path)
@@ -270,6 +269,11 @@ class SpeculativeGenerator:
         req.finish = finish
         req.stats.decode_s = time.perf_counter() - req.decode_start
         return tokens, finish, req.stats
+
+
+def _constrained(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Logits with every token the grammar does not allow at -inf (shapes match)."""
+    return logits.masked_fill(~allowed.to(logits.device), float("-inf"))
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:

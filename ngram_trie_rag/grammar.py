@@ -164,17 +164,27 @@ class Constraint:
         ``i + 1`` what may follow node ``i``'s path (all False for a node the grammar
         rejects, which the walk can never reach)."""
         n = len(tree)
+        if n == 0:
+            return self._next(self.matcher).unsqueeze(0)
         bitmask = self._xgr.allocate_token_bitmask(1 + n, self.vocab_size)
         bitmask.zero_()
-        if n == 0:
-            self.matcher.fill_next_token_bitmask(bitmask, 0)
-        else:
-            first, sibling = _retrieve_arrays(tree)
-            tokens = torch.cat([torch.tensor([last]), torch.as_tensor(tree.tokens)]).long()
-            self.matcher.traverse_draft_tree(first, sibling, tokens, bitmask)
-        # (R, W) int32 words -> (R, W * 32) bits, little-endian within a word
+        first, sibling = _retrieve_arrays(tree)
+        tokens = torch.cat([torch.tensor([last]), torch.as_tensor(tree.tokens)]).long()
+        self.matcher.traverse_draft_tree(first, sibling, tokens, bitmask)
+        return self._unpack(bitmask)
+
+    def _next(self, matcher: Any) -> torch.Tensor:
+        """(V,) bool: what ``matcher`` allows next."""
+        bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
+        bitmask.zero_()
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        return self._unpack(bitmask)[0]
+
+    def _unpack(self, bitmask: torch.Tensor) -> torch.Tensor:
+        """(R, W) int32 words -> (R, V) bool, little-endian within a word, with the
+        banned tokens cleared."""
         allowed = ((bitmask.unsqueeze(-1) >> self._bits) & 1).bool()
-        allowed = allowed.reshape(1 + n, -1)[:, :self.vocab_size]
+        allowed = allowed.reshape(bitmask.shape[0], -1)[:, :self.vocab_size]
         if self._banned.numel():
             allowed[:, self._banned] = False
         return allowed
@@ -193,16 +203,9 @@ class Constraint:
         if limit < 1 or self.matcher.is_terminated():
             return []
         fork = self.matcher.fork()
-        bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
         out: list[int] = []
         while len(out) < limit and not fork.is_terminated():
-            bitmask.zero_()
-            fork.fill_next_token_bitmask(bitmask, 0)
-            allowed = ((bitmask[0].unsqueeze(-1) >> self._bits) & 1).reshape(-1)
-            allowed = allowed[:self.vocab_size].bool()
-            if self._banned.numel():
-                allowed[self._banned] = False
-            ids = torch.nonzero(allowed).flatten()
+            ids = torch.nonzero(self._next(fork)).flatten()
             if ids.numel() != 1:
                 break
             tok = int(ids[0])
