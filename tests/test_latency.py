@@ -9,10 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from tiny_model import tiny_llama
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.engine import Engine, curve_cache, latency
+from ngram_trie_rag.engine import Engine, curve_cache, latency, linear_layout, llama_step
 from ngram_trie_rag.engine.latency import LatencyCurve, curve_holds, latency_curve
 
 KEY = ("LlamaForCausalLM", "llama", 1234, "torch.float32", "cpu", 2, 2, 32, True)
@@ -123,3 +124,47 @@ def test_generators_over_one_model_share_its_engine_and_curve() -> None:
     pinned = SpeculativeGenerator(model, tokenizer, engine=Engine(model, curve=CURVE))
     assert pinned.engine is not first.engine
     assert pinned.latency_curve is pinned.reshaped(n=5).latency_curve is CURVE
+
+
+def _refuse(*_args, **_kwargs):
+    raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support "
+                       "avx_ne_convert or avx512bw, avx512vl and avx512dq")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_layout_the_host_cannot_run_is_skipped(dtype: torch.dtype,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU without the instructions oneDNN's bf16 packing needs raises inside the
+    prepacked layout: the curve leaves that layout out instead of crashing, and the
+    generator built on it decodes exactly as before."""
+    model, tokenizer = tiny_llama(seed=7)
+    model = model.to(dtype)
+    engine = Engine(model, curve=CURVE)
+    assert engine.step is not None and linear_layout.prepack_applies(model)
+    monkeypatch.setattr(llama_step, "prepacked", _refuse)  # the kernel fails at model shapes
+    curve = latency_curve(model, step=engine.step, sizes=(1, 8), repeats=1)
+    assert "prepacked" not in curve.layouts.values()
+    assert set(curve.seconds) == {1, 2, 9}
+    held = LatencyCurve(curve.seconds, {9: "prepacked"})  # another host's choice
+    monkeypatch.setattr(latency, "CHECK_TOLERANCE", float("inf"))
+    assert not curve_holds(model, held, step=engine.step, repeats=1)
+    ids = [3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 3, 4, 5]
+    pinned = SpeculativeGenerator(model, tokenizer, engine=Engine(model, curve=curve))
+    plain = SpeculativeGenerator(model, tokenizer, engine=Engine(model, curve=curve),
+                                 method="none")
+    assert pinned.generate(ids, max_new_tokens=16).token_ids == plain.generate(
+        ids, max_new_tokens=16).token_ids
+    monkeypatch.undo()  # and as this CPU runs it
+    host = latency_curve(model, step=engine.step, sizes=(1, 8), repeats=1)
+    assert set(host.seconds) == {1, 2, 9}
+
+
+def test_prepack_is_not_offered_where_onednn_cannot_pack(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(linear_layout, "prepacked", _refuse)
+    linear_layout.prepack_runs.cache_clear()
+    try:
+        assert not linear_layout.prepack_runs(torch.bfloat16)
+        model, _ = tiny_llama(seed=7)
+        assert not linear_layout.prepack_applies(model.to(torch.bfloat16))
+    finally:
+        linear_layout.prepack_runs.cache_clear()

@@ -14,6 +14,7 @@ a curve is kept (:mod:`ngram_trie_rag.engine.curve_cache`) and re-used only afte
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from ..drafting.draft_tree import DraftTree
 from . import linear_layout
 from .linear_layout import Layout, prepack_applies
 from .llama_step import LlamaStep
+
+log = logging.getLogger(__name__)
 
 SIZES = (*range(1, 9), 10, 12, 14, 16, 20, 24, 32, 48, 64)  # K whose t(1 + K) is measured
 # The transposed linear layout only pays for a few rows; larger forwards are timed in
@@ -109,20 +112,36 @@ class _ForwardTimer:
         forward(self.model, self.step, *inputs, self.cache, layout, pack)
         _sync(device)
         elapsed = time.perf_counter() - start
-        for layer in self.cache.layers:  # drop what this forward appended
+        self.drop_appended()
+        return elapsed
+
+    def drop_appended(self) -> None:
+        """Cut the cache back to the ``past_len`` cached tokens."""
+        for layer in self.cache.layers:
             layer.keys = layer.keys[:, :, : self.past_len]
             layer.values = layer.values[:, :, : self.past_len]
-        return elapsed
 
     def fastest(self, q: int, variants: Sequence[tuple[Layout, bool]],
                 repeats: int) -> dict[tuple[Layout, bool], float]:
         """Each variant's fastest of ``repeats`` runs (after one warm-up run of this
-        shape), interleaved so that drift hits all of them: contention only adds time."""
+        shape), interleaved so that drift hits all of them: contention only adds time.
+
+        A variant this host cannot run (a kernel missing an instruction set, an op
+        that fails) is left out of the result, logged at debug level. The stock layout
+        is what the model's own modules compute, so its errors are raised."""
         inputs = self.inputs(q)
         best = dict.fromkeys(variants, float("inf"))
         for run in range(repeats + 1):
-            for variant in variants:
-                took = self.seconds(inputs, *variant)
+            for variant in list(best):
+                try:
+                    took = self.seconds(inputs, *variant)
+                except (RuntimeError, NotImplementedError) as error:
+                    if variant[0] == "stock":
+                        raise
+                    self.drop_appended()
+                    log.debug("forward variant %s cannot run here: %s", variant, error)
+                    del best[variant]
+                    continue
                 if run:
                     best[variant] = min(best[variant], took)
         return best
@@ -156,11 +175,13 @@ def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = 
         tried = [(lay, pack) for lay in layouts for pack in packs
                  if lay != "transposed" or q <= MAX_TRANSPOSED]
         best = timer.fastest(q, tried, repeats)
+        failed = {lay for lay, _ in tried} - {lay for lay, _ in best}
+        layouts = [lay for lay in layouts if lay not in failed]  # not tried again
         pack = packs[0]
         if q == 1 and len(packs) == 2:
             fastest = {p: min(t for (_, p2), t in best.items() if p2 == p) for p in packs}
             pack = pack_single = fastest[True] < LAYOUT_MARGIN * fastest[False]
-        lay = min((lay for lay, p in tried if p == pack), key=lambda lay: best[lay, pack])
+        lay = min((lay for lay, p in best if p == pack), key=lambda lay: best[lay, pack])
         if best[lay, pack] < LAYOUT_MARGIN * best["stock", pack]:
             chosen[q] = lay
         seconds[q] = best[chosen.get(q, "stock"), pack]
@@ -180,7 +201,9 @@ def curve_holds(model, curve: LatencyCurve, packed_gqa: bool = False,
     timer = _ForwardTimer(model, step, sliding_window, past_len)
     for q in sizes:
         variant = (curve.layout(q), curve.packed(q, packed_gqa))
-        now = timer.fastest(q, [variant], repeats)[variant]
+        now = timer.fastest(q, [variant], repeats).get(variant)
+        if now is None:  # the variant cannot run here (another host's curve)
+            return False
         if abs(now / curve.seconds[q] - 1.0) > CHECK_TOLERANCE:
             return False
     return True

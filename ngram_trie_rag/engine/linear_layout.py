@@ -37,6 +37,8 @@ bits (as batched and one-token forwards already do); greedy equality with
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import threading
 import weakref
@@ -48,6 +50,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+log = logging.getLogger(__name__)
 Layout = Literal["stock", "transposed", "prepacked"]
 _LINEARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _TRANSPOSED: ContextVar[bool] = ContextVar("ngram_trie_rag_transposed", default=False)
@@ -91,8 +94,7 @@ def prepack_applies(model: torch.nn.Module, share_of_free_memory: float = 0.25) 
     """True when oneDNN can run the model's dtype on this CPU and a prepacked copy of
     the weights fits in ``share_of_free_memory`` of the memory available now."""
     if (model.device.type != "cpu" or model.dtype not in (torch.float32, torch.bfloat16)
-            or not torch.backends.mkldnn.is_available()
-            or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+            or not prepack_runs(model.dtype)):
         return False
     try:
         free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -100,6 +102,23 @@ def prepack_applies(model: torch.nn.Module, share_of_free_memory: float = 0.25) 
         return False
     need = sum(m.weight.numel() * m.weight.element_size() for m in _linears(model))
     return need <= share_of_free_memory * free
+
+
+@functools.cache
+def prepack_runs(dtype: torch.dtype) -> bool:
+    """True when oneDNN packs and multiplies ``dtype`` weights on this CPU. Its bf16
+    kernels need AVX-512 (or AVX-NE-CONVERT): on an AVX2-only CPU packing raises, and
+    the prepacked layout is then simply not offered."""
+    if (not torch.backends.mkldnn.is_available()
+            or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    try:
+        weight = torch.ones(16, 16, dtype=dtype)
+        prepacked_product(torch.ones(1, 16, dtype=dtype), prepacked(weight))
+    except (RuntimeError, NotImplementedError) as error:
+        log.debug("oneDNN cannot prepack %s weights here: %s", dtype, error)
+        return False
+    return True
 
 
 def applies(model: torch.nn.Module) -> bool:
