@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import multiprocessing
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from ngram_trie_rag.bench import (
     sweep_tables,
     write_json,
 )
+from ngram_trie_rag.bench.background_load import background_load
 from ngram_trie_rag.bench.cli import add_parser, bench_config, main, sweep_config
 from ngram_trie_rag.bench.config import normalise_methods
 from ngram_trie_rag.bench.data import parse_row
@@ -248,6 +251,27 @@ def test_cli_bench_flags() -> None:
     assert (cfg.n, cfg.prefix_len, cfg.num_draft, cfg.warmup) == (10, 2, 16, 0)
     assert (cfg.pld_num_tokens, cfg.pld_max_ngram) == (10, 3)
     assert args.out == "r.json" and args.plot == "charts"
+
+
+def test_background_load_spins_beside_the_block_and_stops_after() -> None:
+    """``--background-load N``: N processes busy on a core each while the run lasts."""
+    cfg = bench_config(_parser().parse_args(["bench", "--data", "x.jsonl", "--out", "r.json",
+                                             "--background-load", "2"]))
+    assert cfg.background_load == 2
+    with pytest.raises(ValueError, match="background_load"):
+        BenchConfig(data="x", background_load=-1)
+    before = set(multiprocessing.active_children())
+    with background_load(1) as count:
+        [child] = set(multiprocessing.active_children()) - before
+        assert count == 1 and child.is_alive()
+        stat = Path(f"/proc/{child.pid}/stat")
+        deadline = time.monotonic() + 30
+        busy = False
+        while stat.exists() and not busy and time.monotonic() < deadline:
+            time.sleep(0.2)
+            busy = int(stat.read_text().rsplit(")", 1)[1].split()[11]) > 0  # utime ticks
+        assert busy or not stat.exists()  # spinning (checked where /proc exists)
+    assert not child.is_alive()
 
 
 def test_cli_bench_defaults() -> None:

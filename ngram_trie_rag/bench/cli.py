@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..loading import ModelNotFoundError
+from .background_load import background_load
 from .config import CONSTRAINED_METHODS, METHODS, TREE_METHODS, BenchConfig, SweepConfig
 from .data import EXPECTED_SHAPES, DataFormatError
 from .plots import write_plots
@@ -47,6 +48,9 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                    help="unrecorded warm-up rounds, one short generation per method each "
                         "(default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--background-load", type=int, default=0, metavar="N",
+                   help="run N CPU-spinning processes beside the whole run, to measure "
+                        "on a busy host (default 0)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -112,7 +116,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def _common(args: argparse.Namespace) -> dict:
     return {"data": args.data, "limit": args.limit, "max_new_tokens": args.max_new_tokens,
             "model": args.model, "dtype": args.dtype, "device": args.device,
-            "threads": args.threads, "warmup": args.warmup}
+            "threads": args.threads, "warmup": args.warmup,
+            "background_load": args.background_load}
 
 
 def bench_config(args: argparse.Namespace) -> BenchConfig:
@@ -165,7 +170,8 @@ def _run(config: Callable[[], Any], run: Callable[..., dict], report: Callable[[
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        results = run(cfg, progress=not args.no_progress)
+        with background_load(cfg.background_load):
+            results = run(cfg, progress=not args.no_progress)
     except INPUT_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -34,6 +34,7 @@ class RunConfig:
     device: str | None = None  # None = CUDA when available, else CPU
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default
     warmup: int = 1  # warm-up rounds (one short generation per method each), not recorded
+    background_load: int = 0  # CPU-spinning processes running beside the whole run
     command: str | None = None  # the command line, for the record; None = sys.argv
 
     def __post_init__(self) -> None:
@@ -45,6 +46,8 @@ class RunConfig:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if self.background_load < 0:
+            raise ValueError(f"background_load must be >= 0, got {self.background_load}")
         _check_positive(max_new_tokens=self.max_new_tokens)
 
 

@@ -61,6 +61,9 @@ def bench_table(results: dict) -> str:
         f"{meta['model']} {meta['dtype']} on {meta['device']}, {_threads(meta['threads'])} | "
         f"n={d['n']} L_p={d['prefix_len']} num_draft={_budget(d)}"
     )
+    if meta.get("background_load"):
+        footer += (f"\nbusy host: {meta['background_load']} CPU-spinning process(es) ran "
+                   "beside the whole run")
     capped = meta.get("oracle_by_max_draft")
     if capped:
         footer += ("\noracle with at most K draft tokens per step: "

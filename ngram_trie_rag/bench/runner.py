@@ -123,6 +123,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         "reference": reference_method,
         "grammar": cfg.grammar,
         "warmup": cfg.warmup,
+        "background_load": cfg.background_load,  # processes spinning beside the run
         "drafter": {"n": cfg.n, "prefix_len": cfg.prefix_len, "num_draft": cfg.num_draft,
                     "generator_config": dataclasses.asdict(gen.config)},
         "hf_pld": {"prompt_lookup_num_tokens": cfg.pld_num_tokens,
