@@ -203,7 +203,8 @@ class SpeculativeGenerator:
         start = time.perf_counter()
         req.kv, logits = self.engine.prefill(ids)
         if req.constraint is not None:
-            logits = _constrained(logits, req.constraint.masks(-1, DraftTree.empty())[0])
+            logits = req.constraint.apply(logits.unsqueeze(0), req.constraint.bitmasks(
+                -1, DraftTree.empty()), req.params.greedy)[0]
         token = choose(logits, req.params, req.rng)
         if req.constraint is not None:
             req.constraint.advance([token])
@@ -215,14 +216,15 @@ class SpeculativeGenerator:
     def _step(self, req: _Request) -> Step:
         start = time.perf_counter()
         room = req.limit - req.produced  # tokens left before the limit
-        tree = self._draft(req, room - 1)  # the bonus token needs a place too
+        # the bonus token needs a place too; some RoPE variants cap the depth
+        tree = self._draft(req, min(room - 1, self.engine.depth_room(req.kv.length)))
         inputs = self.engine.prepare(req.kv, req.last, tree)
-        allowed = None if req.constraint is None else req.constraint.masks(req.last, tree)
+        allowed = None if req.constraint is None else req.constraint.bitmasks(req.last, tree)
         forward_start = time.perf_counter()
         req.stats.draft_s += forward_start - start
         logits = self.engine.run(req.kv, inputs)
         if allowed is not None:  # each node's row: what its own path lets follow
-            logits = _constrained(logits, allowed)
+            logits = req.constraint.apply(logits, allowed, req.params.greedy)
         tokens, path = accept(tree, logits, req.params, req.rng)  # syncs with the device
         seconds = time.perf_counter() - forward_start
         self.engine.commit(req.kv, inputs, path)
@@ -269,11 +271,6 @@ class SpeculativeGenerator:
         req.finish = finish
         req.stats.decode_s = time.perf_counter() - req.decode_start
         return tokens, finish, req.stats
-
-
-def _constrained(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """Logits with every token the grammar does not allow at -inf (shapes match)."""
-    return logits.masked_fill(~allowed.to(logits.device), float("-inf"))
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:

@@ -163,15 +163,52 @@ class Constraint:
         """(1 + N, V) bool: row 0 allows what may follow the committed tokens, row
         ``i + 1`` what may follow node ``i``'s path (all False for a node the grammar
         rejects, which the walk can never reach)."""
+        return self._unpack(self.bitmasks(last, tree))
+
+    def bitmasks(self, last: int, tree: DraftTree) -> torch.Tensor:
+        """:meth:`masks` packed: (1 + N, ceil(V / 32)) int32, bit ``t % 32`` of word
+        ``t // 32`` set when token ``t`` is allowed (banned tokens not yet cleared)."""
         n = len(tree)
-        if n == 0:
-            return self._next(self.matcher).unsqueeze(0)
         bitmask = self._xgr.allocate_token_bitmask(1 + n, self.vocab_size)
         bitmask.zero_()
+        if n == 0:
+            self.matcher.fill_next_token_bitmask(bitmask, 0)
+            return bitmask
         first, sibling = _retrieve_arrays(tree)
         tokens = torch.cat([torch.tensor([last]), torch.as_tensor(tree.tokens)]).long()
         self.matcher.traverse_draft_tree(first, sibling, tokens, bitmask)
-        return self._unpack(bitmask)
+        return bitmask
+
+    def apply(self, logits: torch.Tensor, bitmask: torch.Tensor, greedy: bool) -> torch.Tensor:
+        """Logits (R, V) with what row ``r``'s mask forbids at -inf, as far as the
+        choice needs it.
+
+        Sampling needs every forbidden token gone. Greedy decoding needs only the
+        argmax right: where a row's unmasked argmax is allowed it is also the masked
+        argmax (argmax takes the first maximum, and masking only removes candidates),
+        so only the other rows are unpacked and masked. Under a grammar most rows'
+        argmax is allowed, which saves unpacking R x V bits on most steps.
+        """
+        if not greedy:
+            return logits.masked_fill(~self._unpack(bitmask).to(logits.device), float("-inf"))
+        top = logits.argmax(-1).cpu()  # (R,)
+        bad = torch.nonzero(~self._allows(bitmask, top)).flatten()
+        if not bad.numel():
+            return logits
+        allowed = self._unpack(bitmask[bad]).to(logits.device)  # (B, V)
+        logits = logits.clone()
+        logits[bad.to(logits.device)] = logits[bad.to(logits.device)].masked_fill(
+            ~allowed, float("-inf"))
+        return logits
+
+    def _allows(self, bitmask: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """(R,) bool: whether row ``r`` of ``bitmask`` allows ``tokens[r]``."""
+        rows = torch.arange(len(tokens))
+        words = bitmask[rows, tokens >> 5]
+        allowed = ((words >> (tokens & 31).int()) & 1).bool()
+        if self._banned.numel():
+            allowed &= ~torch.isin(tokens, self._banned)
+        return allowed
 
     def _next(self, matcher: Any) -> torch.Tensor:
         """(V,) bool: what ``matcher`` allows next."""

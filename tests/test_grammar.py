@@ -9,6 +9,7 @@ from itertools import islice
 
 import numpy as np
 import pytest
+import torch
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -76,6 +77,28 @@ def test_every_node_gets_the_mask_of_its_own_path(gen, compiler) -> None:
         assert masks[row].equal(ref.masks(-1, DraftTree.empty())[0]), row
     assert not masks[3].any()  # the rejected node's row allows nothing
     assert not masks[0, 1]  # <|im_start|> is not allowed inside a JSON string
+
+
+def test_greedy_masks_only_rows_whose_argmax_the_grammar_forbids(gen, compiler) -> None:
+    """Greedy choices under the cheap mask equal those under the full mask, on rows whose
+    argmax is allowed (left as they are) and rows where it is not (masked)."""
+    tok = gen.tokenizer
+    constraint = compiler.constraint(Grammar.json_schema(Cited))
+    start = tok.encode('{"answer": "', add_special_tokens=False)
+    constraint.advance(start)
+    a, b = (tok.encode(s, add_special_tokens=False)[0] for s in ("Paris", " is"))
+    tree = DraftTree(np.array([a, b]), np.array([-1, 0]), np.array([1, 2]))
+    bitmask = constraint.bitmasks(start[-1], tree)
+    full = constraint.masks(start[-1], tree)
+    gen_ = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, full.shape[1], generator=gen_)
+    logits[0, 1] = 100.0  # <|im_start|>: banned inside the string
+    logits[1, a] = 100.0  # allowed: row kept as it is
+    cheap = constraint.apply(logits, bitmask, greedy=True)
+    want = logits.masked_fill(~full, float("-inf"))
+    assert cheap.argmax(-1).tolist() == want.argmax(-1).tolist()
+    assert cheap[1].equal(logits[1]) and not cheap[0].equal(logits[0])
+    assert constraint.apply(logits, bitmask, greedy=False).equal(want)
 
 
 def _prompts(count: int) -> list:

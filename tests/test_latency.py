@@ -97,7 +97,7 @@ def test_generator_stores_then_reuses_then_replaces(tiny: SpeculativeGenerator, 
     def stored_or_measured() -> LatencyCurve:
         return curve_cache.stored_or_measured(tiny.model, key, step=engine.step,
                                               packed_gqa=engine.packed_gqa,
-                                              sliding_window=engine.sliding_window)
+                                              windows=engine.windows)
 
     first = stored_or_measured()  # nothing stored: measured, then stored
     assert curve_cache.path_for(key).parent == tmp_path / "latency"

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from .attention_windows import AttentionWindows
 from .latency import LatencyCurve, curve_holds, latency_curve
 from .llama_step import LlamaStep
 
@@ -48,7 +49,7 @@ def curve_key(model: torch.nn.Module, step: LlamaStep | None) -> tuple:
 
 
 def curve_for(model: torch.nn.Module, *, step: LlamaStep | None, packed_gqa: bool,
-              sliding_window: int | None, lock: threading.Lock | None = None
+              windows: AttentionWindows | None, lock: threading.Lock | None = None
               ) -> LatencyCurve:
     """The model's curve: from this process, else from disk if it still holds, else
     measured and stored. ``lock``: the model's generation lock, taken while timing so
@@ -63,7 +64,7 @@ def curve_for(model: torch.nn.Module, *, step: LlamaStep | None, packed_gqa: boo
         with _GUARD:
             known = _CURVES.get(key)
         curve = known or stored_or_measured(model, key, step=step, packed_gqa=packed_gqa,
-                                            sliding_window=sliding_window)
+                                            windows=windows)
         with _GUARD:
             return _CURVES.setdefault(key, curve)
     finally:
@@ -72,11 +73,11 @@ def curve_for(model: torch.nn.Module, *, step: LlamaStep | None, packed_gqa: boo
 
 
 def stored_or_measured(model: torch.nn.Module, key: tuple, *, step: LlamaStep | None,
-                       packed_gqa: bool, sliding_window: int | None,
+                       packed_gqa: bool, windows: AttentionWindows | None,
                        folder: Path | None = None) -> LatencyCurve:
     """The stored curve of ``key`` if it still holds on this machine now, else a fresh
     measurement, stored for the next process."""
-    setting = {"packed_gqa": packed_gqa, "sliding_window": sliding_window, "step": step}
+    setting = {"packed_gqa": packed_gqa, "windows": windows, "step": step}
     stored = load(key, folder)
     if stored is not None and curve_holds(model, stored, **setting):
         return stored

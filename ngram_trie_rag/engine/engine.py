@@ -12,28 +12,33 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..drafting.draft_tree import DraftTree
 from . import gqa_attention, linear_layout, llama_step
+from .attention_windows import AttentionWindows, attention_windows
 from .curve_cache import curve_for
 from .forward import forward
 from .kv_cache import cache_kwargs, compact, new_cache
 from .latency import LatencyCurve
 from .linear_layout import Layout
+from .rope_limits import UNLIMITED, rope_limit
+from .support import check_supported
 from .tree_attention import tree_inputs
 
 
 @dataclass
 class KV:
     """One request's KV cache. Invariant: ``cache`` holds exactly ``length`` positions,
-    the committed sequence except its newest token (fed by the next forward)."""
+    the committed sequence except its newest token (fed by the next forward); ``ids``
+    are their tokens (to recompute the cache where ``generate`` does)."""
 
     cache: Any
     length: int
+    ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,8 @@ class StepInputs:
     layout: Layout
     packed: bool
     drafted: int  # N, draft nodes in the forward (Q = 1 + N)
+    tokens: list[int] = field(default_factory=list)  # [last, *draft tokens]
+    recompute: bool = False  # a plain step over the whole sequence, cache rebuilt
 
 
 class Engine:
@@ -58,13 +65,18 @@ class Engine:
     ``lock``: the model's generation lock, held while the latency curve is measured.
     ``direct_step=False`` runs the modules even where the Llama step applies, and
     ``curve`` pins the latency curve instead of measuring it (tests of each variant).
+    A model whose cache cannot take a tree (recurrent, encoder-decoder) raises
+    ValueError here (see :mod:`~ngram_trie_rag.engine.support`).
     """
 
     def __init__(self, model: torch.nn.Module, lock: threading.Lock | None = None, *,
                  direct_step: bool = True, curve: LatencyCurve | None = None) -> None:
+        check_supported(model)
         self.model = model
         self.lock = lock or threading.Lock()
-        self.sliding_window = _sliding_window(model.config)
+        # each layer type's window, applied by position in tree masks
+        self.windows: AttentionWindows = attention_windows(model.config)
+        self._rope_limit = rope_limit(model)  # dynamic / longrope RoPE: depth limits
         self.packed_gqa = gqa_attention.applies(model)  # CPU + SDPA + GQA: no repeat_kv
         # Steps without module dispatch where the structure allows; None: the modules.
         direct = direct_step and llama_step.applies(model)
@@ -77,37 +89,58 @@ class Engine:
         self._curve = curve
 
     @property
+    def sliding_window(self) -> int | None:
+        """The smallest sliding window of the model's layers, or None."""
+        return self.windows.sliding_window
+
+    def depth_room(self, past_len: int) -> int:
+        """The deepest draft a step at ``past_len`` cached tokens verifies exactly:
+        unlimited except where the RoPE frequencies follow the sequence length
+        (see :mod:`~ngram_trie_rag.engine.rope_limits`)."""
+        return UNLIMITED if self._rope_limit is None else self._rope_limit.depth(past_len)
+
+    @property
     def curve(self) -> LatencyCurve:
         """The model's latency curve (see :mod:`ngram_trie_rag.engine.curve_cache`)."""
         if self._curve is None:
             self._curve = curve_for(self.model, step=self.step, packed_gqa=self.packed_gqa,
-                                    sliding_window=self.sliding_window, lock=self.lock)
+                                    windows=self.windows, lock=self.lock)
         return self._curve
 
     def prefill(self, ids: list[int]) -> tuple[KV, torch.Tensor]:
         """Cache the prompt: its KV and the logits (V,) after its last token."""
-        kv = KV(new_cache(), len(ids))
+        kv = KV(new_cache(), len(ids), list(ids))
+        return kv, self._prefill(kv.cache, ids)[0]
+
+    def _prefill(self, cache, ids: list[int]) -> torch.Tensor:
+        """The model's own forward over ``ids`` into ``cache``: logits (1, V) after the
+        last token."""
         out = self.model(input_ids=torch.tensor([ids], device=self.model.device),
-                         **cache_kwargs(self.model, kv.cache), use_cache=True,
-                         logits_to_keep=1)
-        return kv, out.logits[0, -1]
+                         **cache_kwargs(self.model, cache), use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1:]
 
     def prepare(self, kv: KV, last: int, tree: DraftTree) -> StepInputs:
         """Inputs of the forward verifying ``tree`` below ``last``: node i at position
         ``kv.length + depth_i``, seeing the prefix and its own ancestors only."""
         device = self.model.device
-        ids = torch.tensor([[last, *tree.tokens.tolist()]], device=device)
+        tokens = [last, *tree.tokens.tolist()]
+        ids = torch.tensor([tokens], device=device)
         if len(tree):
             pos, mask = tree_inputs(tree, kv.length, device, self.model.dtype,
-                                    self.sliding_window)
+                                    self.windows)
         else:
             pos, mask = torch.tensor([[kv.length]], device=device), None
         q = 1 + len(tree)
+        recompute = (not len(tree) and self._rope_limit is not None
+                     and self._rope_limit.recomputes(kv.length))
         return StepInputs(ids, pos, mask, self.curve.layout(q),
-                          self.curve.packed(q, self.packed_gqa), len(tree))
+                          self.curve.packed(q, self.packed_gqa), len(tree), tokens, recompute)
 
     def run(self, kv: KV, inputs: StepInputs) -> torch.Tensor:
         """Logits (Q, V) of one prepared forward; its Q keys/values join the cache."""
+        if inputs.recompute:  # the whole sequence again, into a fresh cache
+            kv.cache = new_cache()
+            return self._prefill(kv.cache, [*kv.ids, *inputs.tokens])
         return forward(self.model, self.step, inputs.ids, inputs.positions, inputs.mask,
                        kv.cache, inputs.layout, inputs.packed)
 
@@ -117,6 +150,8 @@ class Engine:
         if inputs.drafted:
             compact(kv.cache, kv.length, [0, *path])
         kv.length += 1 + len(path)
+        kv.ids.append(inputs.tokens[0])
+        kv.ids.extend(inputs.tokens[i] for i in path)
 
 
 _ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -137,10 +172,3 @@ def engine_for(model: torch.nn.Module) -> Engine:
             engine = _ENGINES[model] = Engine(model, threading.Lock())
         return engine
 
-
-def _sliding_window(config) -> int | None:
-    """The window of sliding-attention layers for hybrid models (e.g. Gemma 3)."""
-    layer_types = getattr(config, "layer_types", None) or ()
-    if "sliding_attention" in layer_types:
-        return int(config.sliding_window)
-    return None

@@ -4,15 +4,16 @@ Where :mod:`~ngram_trie_rag.engine.llama_step` applies it runs the step; otherwi
 model's modules run, with the measured attention
 (:mod:`~ngram_trie_rag.engine.gqa_attention`) and linear layout
 (:mod:`~ngram_trie_rag.engine.linear_layout`) switched in for this forward only (both
-installed once, when the engine is built). The engine and the latency curve both call
-this, so the curve times exactly what the generator runs.
+installed once, when the engine is built). A hook registered on the model after the
+engine chose the step sends the forward to the modules, which run it. The engine and
+the latency curve both call this, so the curve times exactly what the generator runs.
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import gqa_attention, linear_layout
+from . import gqa_attention, linear_layout, llama_step
 from .kv_cache import cache_kwargs
 from .linear_layout import Layout
 from .llama_step import LlamaStep
@@ -26,7 +27,11 @@ def forward(model: torch.nn.Module, step: LlamaStep | None, input_ids: torch.Ten
     step). ``packed``: GQA packed (every masked forward; a plain
     step where it measured faster)."""
     if step is not None:
-        return step(input_ids, position_ids, mask, cache, layout, packed)
+        if not llama_step.hooked(step.modules):
+            return step(input_ids, position_ids, mask, cache, layout, packed)
+        # a hook registered since the engine chose the step: the modules run it, in the
+        # variant they can run without the engine's installs
+        layout, packed = "stock", packed and gqa_attention.installed(model)
     if layout == "prepacked":
         raise ValueError("the prepacked layout runs in the Llama step only")
     if packed and not gqa_attention.installed(model):

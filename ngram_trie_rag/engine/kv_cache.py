@@ -67,8 +67,11 @@ class BufferLayer(DynamicLayer):
 def new_cache() -> DynamicCache:
     """A cache of :class:`BufferLayer` full layers.
 
-    Hybrid models (sliding-window layers) still get full layers here: the sliding
-    window is enforced by the attention mask instead, which keeps compaction uniform.
+    Models with sliding-window or chunked layers still get full layers here, where
+    ``generate`` uses ``DynamicSlidingWindowLayer`` (the last ``window - 1`` keys): the
+    window is applied by position in the attention mask instead (see
+    :mod:`~ngram_trie_rag.engine.attention_windows`), which gives the same attention
+    and keeps compaction uniform.
     """
     cache = DynamicCache()
     cache.layer_class_to_replicate = BufferLayer

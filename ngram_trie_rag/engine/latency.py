@@ -23,6 +23,7 @@ import torch
 
 from ..drafting.draft_tree import DraftTree
 from . import linear_layout
+from .attention_windows import AttentionWindows
 from .linear_layout import Layout, prepack_applies
 from .llama_step import LlamaStep
 
@@ -70,11 +71,11 @@ class _ForwardTimer:
     """Times forwards of ``q`` random tokens after ``past_len`` random cached ones, as
     the generator runs them, and drops what each forward appended to the cache."""
 
-    def __init__(self, model, step: LlamaStep | None, sliding_window: int | None,
+    def __init__(self, model, step: LlamaStep | None, windows: AttentionWindows | None,
                  past_len: int) -> None:
         from .kv_cache import cache_kwargs, new_cache
 
-        self.model, self.step, self.sliding_window = model, step, sliding_window
+        self.model, self.step, self.windows = model, step, windows
         self.past_len = min(past_len,
                             int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
         self.gen = torch.Generator().manual_seed(0)
@@ -98,7 +99,7 @@ class _ForwardTimer:
             return ids, torch.tensor([[self.past_len]], device=device), None
         chain = DraftTree.chain(ids[0, 1:].tolist())
         pos, mask = tree_inputs(chain, self.past_len, device, self.model.dtype,
-                                self.sliding_window)
+                                self.windows)
         return ids, pos, mask
 
     @torch.inference_mode()
@@ -147,7 +148,7 @@ class _ForwardTimer:
         return best
 
 
-def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = None,
+def latency_curve(model, packed_gqa: bool = False, windows: AttentionWindows | None = None,
                   past_len: int = 512, sizes: Sequence[int] = SIZES,
                   repeats: int = 3, step: LlamaStep | None = None) -> LatencyCurve:
     """Time a forward of ``1 + K`` new tokens after ``past_len`` cached ones, for every
@@ -166,7 +167,7 @@ def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = 
         layouts.append("transposed")
     if step is not None and prepack_applies(model):
         layouts.append("prepacked")
-    timer = _ForwardTimer(model, step, sliding_window, past_len)
+    timer = _ForwardTimer(model, step, windows, past_len)
     seconds: dict[int, float] = {}
     chosen: dict[int, Layout] = {}
     pack_single = False
@@ -189,7 +190,7 @@ def latency_curve(model, packed_gqa: bool = False, sliding_window: int | None = 
 
 
 def curve_holds(model, curve: LatencyCurve, packed_gqa: bool = False,
-                sliding_window: int | None = None, past_len: int = 512,
+                windows: AttentionWindows | None = None, past_len: int = 512,
                 step: LlamaStep | None = None, repeats: int = 3) -> bool:
     """True when forwards of ``CHECK_SIZES`` tokens, re-timed now in the variants the
     curve chose, cost what the curve says (within ``CHECK_TOLERANCE``). A curve
@@ -198,7 +199,7 @@ def curve_holds(model, curve: LatencyCurve, packed_gqa: bool = False,
     sizes = [q for q in CHECK_SIZES if q in curve.seconds]
     if not sizes:  # nothing to compare with: not a curve this module measured
         return False
-    timer = _ForwardTimer(model, step, sliding_window, past_len)
+    timer = _ForwardTimer(model, step, windows, past_len)
     for q in sizes:
         variant = (curve.layout(q), curve.packed(q, packed_gqa))
         now = timer.fastest(q, [variant], repeats).get(variant)

@@ -49,15 +49,25 @@ def applies(model: torch.nn.Module) -> bool:
             or getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False)
             or getattr(cfg, "pretraining_tp", 1) != 1):
         return False
+    if hooked(model.modules()):
+        return False
     for module in model.modules():
-        if (module._forward_hooks or module._forward_pre_hooks
-                or hasattr(module, "_hf_hook")):  # accelerate offloading, adapters
+        if hasattr(module, "_hf_hook"):  # accelerate offloading, adapters
             return False
         if isinstance(module, torch.nn.Linear) and (
                 type(module) is not torch.nn.Linear or module.bias is not None
                 or not module.weight.dtype.is_floating_point):
             return False
     return hasattr(model, "model") and hasattr(model.model, "rotary_emb")
+
+
+def hooked(modules) -> bool:
+    """True when a forward hook (on one of ``modules``, or a global one) would run in
+    the module forward: the step would bypass it, so the modules must run."""
+    from torch.nn.modules import module as nn_module
+
+    return bool(nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks
+                or any(m._forward_hooks or m._forward_pre_hooks for m in modules))
 
 
 def for_model(model: torch.nn.Module) -> LlamaStep:
@@ -91,6 +101,7 @@ class LlamaStep:
                 layer.post_attention_layernorm.weight,
                 layer.post_attention_layernorm.variance_epsilon,
                 mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight))
+        self.modules = tuple(model.modules())  # checked for hooks before every step
         self._prepacked: tuple[list[tuple], torch.Tensor] | None = None
         self._versions: list[int] = []  # the weights' in-place versions when packed
 

@@ -2,7 +2,8 @@
 
 The query block is ``[last committed token] + draft nodes`` (Q = 1 + N tokens). Node i
 sits at position ``past_len + depth_i`` (the committed token at depth 0) and may see
-the whole committed prefix plus its own ancestors and itself, never a sibling branch.
+the committed prefix plus its own ancestors and itself, never a sibling branch; in a
+layer with a sliding window, only those within the window that ends at its own position.
 Masks are float (0 visible, -inf hidden): eager attention misreads boolean masks.
 """
 
@@ -12,6 +13,7 @@ import numpy as np
 import torch
 
 from ..drafting.draft_tree import DraftTree
+from .attention_windows import FULL, AttentionWindows, Window
 
 
 def ancestor_matrix(tree: DraftTree) -> np.ndarray:
@@ -33,27 +35,33 @@ def tree_inputs(
     past_len: int,
     device: torch.device,
     dtype: torch.dtype,
-    sliding_window: int | None = None,
+    windows: AttentionWindows | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | dict[str, torch.Tensor]]:
     """Position ids (1, Q) and the additive mask (1, 1, Q, past_len + Q).
 
-    With ``sliding_window`` (Gemma-style hybrid models) the mask is a dict keyed by
-    layer type, the sliding one also hiding keys more than ``window - 1`` positions back.
+    With ``windows`` (see :mod:`~ngram_trie_rag.engine.attention_windows`) each node
+    also sees only the keys within its own window, measured from its own position:
+    node i at ``p_i = past_len + depth_i`` sees key position ``k`` (committed or an
+    ancestor) iff ``p_i - window < k``. One mask when every layer attends alike, else a
+    dict keyed by layer type (e.g. ``{"full_attention": ..., "sliding_attention": ...}``).
     """
+    windows = windows or AttentionWindows()
     depths = np.concatenate(([0], tree.depths))
     positions = past_len + depths  # (Q,)
     q = positions.size
     visible = np.ones((q, past_len + q), dtype=bool)
     visible[:, past_len:] = ancestor_matrix(tree)
-    neg = torch.finfo(dtype).min
-    full = _additive(visible, neg, device, dtype)
-    pos = torch.as_tensor(positions, device=device).unsqueeze(0)
-    if sliding_window is None:
-        return pos, full
     key_pos = np.concatenate((np.arange(past_len), positions))  # (past_len + Q,)
-    near = positions[:, None] - key_pos[None, :] < sliding_window
-    return pos, {"full_attention": full,
-                 "sliding_attention": _additive(visible & near, neg, device, dtype)}
+    neg = torch.finfo(dtype).min
+    pos = torch.as_tensor(positions, device=device).unsqueeze(0)
+    masks: dict[Window, torch.Tensor] = {}
+    for _, window in windows.by_type:
+        if window not in masks:
+            reach = visible if window == FULL else visible & window.visible(positions, key_pos)
+            masks[window] = _additive(reach, neg, device, dtype)
+    if windows.uniform:
+        return pos, next(iter(masks.values()))
+    return pos, {layer_type: masks[window] for layer_type, window in windows.by_type}
 
 
 def _additive(visible: np.ndarray, neg: float, device: torch.device,

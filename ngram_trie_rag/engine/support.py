@@ -1,0 +1,45 @@
+"""Which models the engine can verify drafts for, decided when a generator is built.
+
+Verification appends every draft node's keys and values to the cache in one forward,
+then keeps the accepted path and drops the rest (:mod:`~ngram_trie_rag.engine.kv_cache`).
+That needs a cache with one entry per position, which attention layers have and these
+do not:
+
+- state-space and recurrent layers (Mamba, Mamba-2, RWKV, xLSTM, RecurrentGemma, and
+  hybrids that mix them with attention: Jamba, Zamba, Bamba, Falcon-H1, Nemotron-H,
+  Qwen3-Next, ...) fold every token into one state that cannot be cut back to a
+  prefix. Transformers marks these models ``_is_stateful`` and refuses its own
+  assisted generation for them for the same reason; convolutional and linear-attention
+  layer types are caught by their ``layer_types``.
+- encoder-decoder models (T5, BART, Whisper, ...) decode against an encoder output the
+  engine does not compute.
+
+Such a model is refused with a ValueError naming its family, before any forward runs:
+an answer that is not ``generate``'s is worse than none.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .attention_windows import attention_windows
+
+
+def check_supported(model: torch.nn.Module) -> None:
+    """Raise ValueError unless every decoder layer is attention over a KV cache."""
+    config = getattr(model, "config", None)
+    if config is None:
+        raise ValueError(f"{type(model).__name__} has no Transformers config")
+    family = f"{type(model).__name__} (model_type {getattr(config, 'model_type', '?')!r})"
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"{family} is an encoder-decoder model; speculative decoding "
+                         "here needs a decoder-only causal LM. Use model.generate().")
+    if getattr(model, "_is_stateful", False):
+        raise ValueError(f"{family} keeps a recurrent (state-space) state that cannot be "
+                         "rolled back to the accepted tokens, so draft trees cannot be "
+                         "verified. Use model.generate().")
+    try:
+        attention_windows(config)
+    except ValueError as error:
+        raise ValueError(f"{family}: {error}; draft trees need attention layers whose "
+                         "cache can be cut back. Use model.generate().") from error
