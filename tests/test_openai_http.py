@@ -11,6 +11,7 @@ import socket
 
 import pytest
 
+from ngram_trie_rag.grammar import Grammar
 from ngram_trie_rag.serving import DOCUMENTS
 from ngram_trie_rag.serving.openai_http import (
     Delta,
@@ -56,6 +57,19 @@ def test_completion_body_sends_only_what_differs_from_the_defaults() -> None:
                     "temperature": 0.0}
     # no documents: none sent, so the proposer drafts from the prompt
     assert "vllm_xargs" not in request_body("m", "p", [], GenerationOptions(), stream=False)
+
+
+@pytest.mark.parametrize(("grammar", "sent"), [
+    (Grammar.json_schema({"type": "object", "properties": {"a": {"type": "integer"}}}),
+     {"json": {"type": "object", "properties": {"a": {"type": "integer"}}}}),
+    (Grammar.json(), {"json_object": True}),
+    (Grammar.regex("[0-9]{3}"), {"regex": "[0-9]{3}"}),
+    (Grammar.ebnf('root ::= "yes" | "no"'), {"grammar": 'root ::= "yes" | "no"'}),
+])
+def test_a_grammar_goes_as_vllms_structured_outputs(grammar: Grammar, sent: dict) -> None:
+    body = request_body("m", CHAT, None, GenerationOptions(grammar=grammar), stream=False)
+    assert body["structured_outputs"] == sent
+    json.dumps(body)
 
 
 def test_prompt_kind_picks_the_endpoint() -> None:
@@ -209,6 +223,8 @@ def test_engine_arguments_put_the_trie_proposer_in() -> None:
         "num_speculative_tokens": 6}
     assert args["dtype"] == "float32" and args["enforce_eager"] is True
     assert args["per_request_spec_decode_metrics"] == "summary"
+    assert args["structured_outputs_config"] == {"backend": "xgrammar",
+                                                 "disable_any_whitespace": True}
     off = engine_arguments("m", 8, {"per_request_spec_decode_metrics": "none"})
     assert off["per_request_spec_decode_metrics"] == "none"  # the caller's choice wins
     with pytest.raises(ValueError, match="speculative_config"):

@@ -28,6 +28,10 @@ def test_server_argv_puts_the_proposer_in_vllms_server() -> None:
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
     assert argv[argv.index("--served-model-name") + 1] == "m"
     assert argv[-2:] == ["--max-model-len", "4096"]
+    grammars = json.loads(argv[argv.index("--structured-outputs-config") + 1])
+    assert grammars == {"backend": "xgrammar", "disable_any_whitespace": True}
+    own = server_argv("/m", extra=["--structured-outputs-config={\"backend\": \"guidance\"}"])
+    assert "--structured-outputs-config" not in own  # the caller's setting alone
 
 
 def test_bad_settings_are_refused() -> None:

@@ -31,9 +31,13 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..threads import iterate_blocking, run_blocking
+from .structured_outputs import structured_outputs
+
+if TYPE_CHECKING:
+    from ..grammar import Grammar
 from .vllm_proposer import DOCUMENTS
 
 DEFAULT_TIMEOUT_S = 600.0  # seconds a socket read may wait (a whole answer when not streaming)
@@ -48,7 +52,7 @@ class GenerationOptions:
     """Sampling settings of one request, as the OpenAI API names them.
 
     ``top_k`` 0 and ``top_p`` 1 keep every token and are not sent; ``seed`` ``None`` lets
-    the engine pick.
+    the engine pick; ``grammar`` is sent as vLLM's ``structured_outputs``.
     """
 
     max_tokens: int = 256
@@ -57,6 +61,7 @@ class GenerationOptions:
     top_k: int = 0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    grammar: Grammar | None = None  # what the answer must match (vLLM's structured outputs)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -134,6 +139,8 @@ def request_body(model: str, prompt: Prompt, documents: Sequence[str] | None,
         body["stop"] = list(options.stop)
     if options.seed is not None:
         body["seed"] = options.seed
+    if options.grammar is not None:
+        body["structured_outputs"] = structured_outputs(options.grammar)
     if documents:
         if isinstance(documents, str) or not all(isinstance(d, str) for d in documents):
             raise TypeError("documents must be a list of strings")

@@ -65,4 +65,4 @@ def vllm_options(options: Mapping[str, Any]) -> GenerationOptions:
     return GenerationOptions(max_tokens=options["max_new_tokens"],
                              temperature=options["temperature"], top_p=options["top_p"],
                              top_k=options["top_k"], stop=tuple(options["stop"] or ()),
-                             seed=options["seed"])
+                             seed=options["seed"], grammar=options.get("grammar"))

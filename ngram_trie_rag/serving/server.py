@@ -20,6 +20,8 @@ import os
 import sys
 from pathlib import Path
 
+from .structured_outputs import ENGINE_CONFIG
+
 PROPOSER = "ngram_trie_rag.serving.vllm_proposer.TrieProposer"
 DEFAULT_K = 8  # num_speculative_tokens: the most a row may draft; the proposer drafts fewer
 
@@ -58,7 +60,10 @@ def server_argv(model: str, *, host: str = "127.0.0.1", port: int = 8000,
             "--served-model-name", served_model_name or Path(model).name,
             "--tensor-parallel-size", str(tensor_parallel_size),
             "--speculative-config", json.dumps(speculative_config(num_speculative_tokens))]
-    return argv + list(extra or [])
+    extra = list(extra or [])
+    if not any(a.split("=")[0] == "--structured-outputs-config" for a in extra):
+        argv += ["--structured-outputs-config", json.dumps(ENGINE_CONFIG)]
+    return argv + extra
 
 
 def server_env(tensor_parallel_size: int, on_gpu: bool) -> dict[str, str]:

@@ -45,6 +45,7 @@ from ..inputs import encode_prompt
 from ..threads import run_blocking
 from .openai_http import Delta, GenerationOptions, Prompt, finish_reason
 from .server import DEFAULT_K, speculative_config
+from .structured_outputs import ENGINE_CONFIG, structured_outputs
 from .vllm_proposer import DOCUMENTS
 
 START_TIMEOUT_S = 900.0  # loading weights and starting vLLM's processes on a slow CPU
@@ -66,14 +67,16 @@ def import_vllm() -> Any:
 def engine_arguments(model: str, num_speculative_tokens: int,
                      extra: Mapping[str, Any] | None) -> dict[str, Any]:
     """Keyword arguments of ``AsyncEngineArgs``: the model, the trie proposer, vLLM's
-    per-request acceptance summary, then the caller's own (which win, except that the
-    proposer cannot be replaced)."""
+    per-request acceptance summary, grammars decoded as the local engine decodes them
+    (:data:`~ngram_trie_rag.serving.structured_outputs.ENGINE_CONFIG`), then the
+    caller's own (which win, except that the proposer cannot be replaced)."""
     extra = dict(extra or {})
     if "model" in extra or "speculative_config" in extra:
         raise ValueError("engine arguments may not set 'model' or 'speculative_config': "
                          "pass the model and num_speculative_tokens instead")
     return {"model": model, "speculative_config": speculative_config(num_speculative_tokens),
-            "per_request_spec_decode_metrics": "summary", **extra}
+            "per_request_spec_decode_metrics": "summary",
+            "structured_outputs_config": dict(ENGINE_CONFIG), **extra}
 
 
 def engine_key(model: str, num_speculative_tokens: int,
@@ -88,7 +91,7 @@ def engine_key(model: str, num_speculative_tokens: int,
 def sampling_params(options: GenerationOptions, documents: Sequence[str] | None) -> Any:
     """vLLM's ``SamplingParams`` for one request: deltas out, documents in ``extra_args``."""
     from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
     if documents is not None and (isinstance(documents, str)
                                   or not all(isinstance(d, str) for d in documents)):
@@ -97,7 +100,9 @@ def sampling_params(options: GenerationOptions, documents: Sequence[str] | None)
         n=1, max_tokens=options.max_tokens, temperature=options.temperature,
         top_p=options.top_p, top_k=options.top_k, seed=options.seed,
         stop=list(options.stop) or None, output_kind=RequestOutputKind.DELTA,
-        extra_args={DOCUMENTS: list(documents)} if documents else None)
+        extra_args={DOCUMENTS: list(documents)} if documents else None,
+        structured_outputs=(None if options.grammar is None else
+                            StructuredOutputsParams(**structured_outputs(options.grammar))))
 
 
 class VLLMEngine:

@@ -3,7 +3,9 @@ the result goes to a file).
 
     python run_vllm.py MODEL_DIR {plain|trie} N_PROMPTS OUT.json
 
-Both configurations answer every prompt batched (all submitted at once) and alone.
+Both configurations answer every prompt batched (all submitted at once) and alone, and
+the first ``CONSTRAINED`` prompts again under a JSON-schema grammar (vLLM's structured
+outputs, which verify the trie's drafts against the grammar).
 With ``trie`` the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so
 the run can also look at the proposer itself: which documents each request's drafter
 was built from, how much per-request state is left once requests finish, and what an
@@ -22,13 +24,16 @@ from typing import Any
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.sampling_params import StructuredOutputsParams  # noqa: E402
 
+from ngram_trie_rag.bench.grammars import CITED, PRESETS  # noqa: E402
 from ngram_trie_rag.reference import shared_data_dir  # noqa: E402
 from ngram_trie_rag.retrieval.jsonl import read_jsonl  # noqa: E402
 from ngram_trie_rag.serving.server import speculative_config  # noqa: E402
 from ngram_trie_rag.serving.vllm_proposer import DOCUMENTS  # noqa: E402
 
 MAX_TOKENS = 48
+CONSTRAINED = 8
 
 
 def _proposer(llm: LLM) -> Any:
@@ -77,6 +82,20 @@ def _abort_mid_answer(llm: LLM, prompts: list[str], params: list[SamplingParams]
     return {"abort_was_drafting": drafted, "live_after_abort": live}
 
 
+def _constrained(llm: LLM, tokenizer: Any, rows: list[dict]) -> list[list[int]]:
+    """Answers as ``{"answer", "quote"}`` JSON objects under the schema's grammar, batched."""
+    prompts, params = [], []
+    for row in rows:
+        docs = [p for p in row["context"].split("\n\n") if p.strip()]
+        ask = row["turns"][0] + "\n\n" + PRESETS["cited-json"][1]
+        prompts.append(tokenizer.apply_chat_template([{"role": "user", "content": ask}],
+                                                     add_generation_prompt=True, tokenize=False))
+        params.append(SamplingParams(max_tokens=MAX_TOKENS * 2, temperature=0,
+                                     extra_args={DOCUMENTS: docs},
+                                     structured_outputs=StructuredOutputsParams(json=CITED)))
+    return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
+
+
 def main() -> None:
     model, method, count, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     options: dict[str, Any] = {"model": model, "dtype": "float32", "max_model_len": 4096,
@@ -87,7 +106,9 @@ def main() -> None:
     llm = LLM(**options)
     tokenizer = llm.get_tokenizer()
     prompts, params, documents = [], [], []
-    for _, row in islice(read_jsonl(shared_data_dir() / "hagrid" / "hagrid.jsonl"), count):
+    rows = [row for _, row in islice(read_jsonl(shared_data_dir() / "hagrid" / "hagrid.jsonl"),
+                                     count)]
+    for row in rows:
         docs = [p for p in row["context"].split("\n\n") if p.strip()]
         messages = [{"role": "user", "content": row["turns"][0]}]
         prompts.append(tokenizer.apply_chat_template(messages, add_generation_prompt=True,
@@ -109,6 +130,7 @@ def main() -> None:
     if proposer is not None:
         result["state_after_alone"] = _live_state(proposer)
         result["abort"] = _abort_mid_answer(llm, prompts, params, proposer)
+    result["constrained"] = _constrained(llm, tokenizer, rows[:CONSTRAINED])
     result["metrics"] = {m.name: m.value for m in llm.get_metrics()
                          if m.name in ("vllm:spec_decode_num_drafts",
                                        "vllm:spec_decode_num_accepted_tokens")}

@@ -50,10 +50,11 @@ def test_each_request_drafts_from_its_own_documents(runs: dict[str, dict]) -> No
     documents = trie["documents"]
     assert len({json.dumps(d) for d in documents}) == PROMPTS  # all different
     # Worker ids are "{client id}-{suffix}"; client ids count up: 0..15 are the batch,
-    # 16..31 the same prompts alone.
+    # 16..31 the same prompts alone, 32..39 the first eight under a grammar.
     seen = {int(rid.split("-")[0]): docs for rid, docs in trie["seen"].items()
             if rid.split("-")[0].isdigit()}
-    assert sorted(seen) == list(range(2 * PROMPTS))
+    constrained = len(trie["constrained"])
+    assert sorted(seen) == list(range(2 * PROMPTS + constrained))
     for client, docs in seen.items():
         assert docs == documents[client % PROMPTS], client
 
@@ -77,3 +78,20 @@ def test_drafts_are_accepted(runs: dict[str, dict]) -> None:
     metrics = runs["trie"]["metrics"]
     assert metrics["vllm:spec_decode_num_drafts"] > 0
     assert metrics["vllm:spec_decode_num_accepted_tokens"] > 0
+
+
+def test_grammar_constrained_answers_are_vllms_own(runs: dict[str, dict],
+                                                   model_dir: str) -> None:
+    """Under a JSON-schema grammar (vLLM's structured outputs) the trie's drafts are
+    verified against the grammar: the answers equal vLLM's without speculation and are
+    objects of the schema (those that ended before the token limit)."""
+    from transformers import AutoTokenizer
+
+    plain, trie = runs["plain"]["constrained"], runs["trie"]["constrained"]
+    assert len(trie) == 8 and trie == plain
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    finished = [t for t in trie if t[-1] == tokenizer.eos_token_id]
+    assert finished
+    for tokens in finished:
+        reply = json.loads(tokenizer.decode(tokens, skip_special_tokens=True))
+        assert set(reply) == {"answer", "quote"}

@@ -29,17 +29,21 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage  # no
 from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.retrievers import BaseRetriever  # noqa: E402
 from langchain_core.runnables import RunnablePassthrough  # noqa: E402
+from langchain_core.tools import tool as lc_tool  # noqa: E402
 from langchain_ngram_trie import ChatNGramTrie, NGramTrieLLM, document_registry  # noqa: E402
 from langchain_ngram_trie.messages import to_chat  # noqa: E402
 from llama_index.core.base.llms.types import ChatMessage  # noqa: E402
 from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler  # noqa: E402
 from llama_index.core.instrumentation.events.llm import LLMChatStartEvent  # noqa: E402
+from llama_index.core.prompts import PromptTemplate  # noqa: E402
 from llama_index.core.query_engine import RetrieverQueryEngine  # noqa: E402
 from llama_index.core.retrievers import BaseRetriever as NodeRetriever  # noqa: E402
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode  # noqa: E402
+from llama_index.core.tools import FunctionTool  # noqa: E402
 from llama_index.llms.ngram_trie import NGramTrieLLM as LlamaNGramTrieLLM  # noqa: E402
 from llama_index.llms.ngram_trie import registry_size  # noqa: E402
+from pydantic import BaseModel, Field  # noqa: E402
 
 from ngram_trie_rag.serving import DOCUMENTS, ServerError  # noqa: E402
 
@@ -415,3 +419,64 @@ async def test_in_process_llama_index_shares_the_engine(engine_llm, vllm_server)
     deltas = [c.delta async for c in await llm.astream_complete(prompt,
                                                                  documents=[PASSAGES["hamlet"]])]
     assert "".join(deltas) == response.text
+
+
+# ---- grammars: structured output and tool calls, on the server and in process ----------------
+class Cited(BaseModel):
+    answer: str = Field(max_length=60)  # bounded: a small model may loop inside a string
+    quote: str = Field(max_length=60)
+
+
+@lc_tool
+def search_docs(query: str) -> str:
+    """Search the documents for passages about ``query``."""
+    return PASSAGES[ranked(query)[0]]
+
+
+CITED_QUESTION = [HumanMessage(QUESTIONS[1] + "\n\n" + PASSAGES["hamlet"])]
+LONG = 128  # room for a whole JSON object
+
+
+def test_structured_output_and_tool_calls_on_vllm(vllm_server, engine_llm):
+    """The grammar goes with the request as vLLM's structured outputs: the answer parses
+    into the schema and the tool call names the tool with valid arguments, on the server
+    and in process alike (the same greedy answer from both)."""
+    server = ChatNGramTrie(base_url=vllm_server.base_url, model=vllm_server.model,
+                           max_tokens=LONG)
+    local = ChatNGramTrie(backend="vllm", model=vllm_server.model_dir, max_tokens=LONG,
+                          vllm_engine_args=ENGINE_ARGS)
+    assert local.load_vllm() is engine_llm.load_vllm()
+    answers = [chat.with_structured_output(Cited, include_raw=True).invoke(CITED_QUESTION)
+               for chat in (server, local)]
+    for out in answers:
+        assert out["parsing_error"] is None and isinstance(out["parsed"], Cited)
+        assert out["parsed"].answer and out["parsed"].quote
+    assert answers[0]["raw"].content == answers[1]["raw"].content
+    for chat in (server, local):
+        call = chat.bind_tools([search_docs], tool_choice="search_docs").invoke(
+            "Find out who wrote Hamlet.")
+        [tool_call] = call.tool_calls
+        assert tool_call["name"] == "search_docs" and tool_call["id"]
+        assert isinstance(tool_call["args"]["query"], str)
+    json_mode = server.bind(response_format={"type": "json_object"}).invoke(CITED_QUESTION)
+    assert json_mode.content.startswith("{")
+    if json_mode.response_metadata["finish_reason"] != "length":  # not cut by the limit
+        assert isinstance(json.loads(json_mode.content), dict)
+
+
+def test_llama_index_structured_predict_and_tools_on_the_server(vllm_server):
+    llm = LlamaNGramTrieLLM(base_url=vllm_server.base_url, model_name=vllm_server.model,
+                            max_new_tokens=LONG)
+    assert llm.metadata.is_function_calling_model
+    cited = llm.structured_predict(Cited, PromptTemplate("{question}\n\n{passage}"),
+                                   question=QUESTIONS[1], passage=PASSAGES["hamlet"])
+    assert isinstance(cited, Cited) and cited.answer
+    def search(query: str) -> str:
+        """Search the documents for passages about ``query``."""
+        return PASSAGES[ranked(query)[0]]
+
+    tool = FunctionTool.from_defaults(fn=search, name="search_docs")
+    response = llm.chat_with_tools([tool], user_msg="Find out who wrote Hamlet.",
+                                   tool_required=True)
+    [selection] = llm.get_tool_calls_from_response(response)
+    assert selection.tool_name == "search_docs" and isinstance(selection.tool_kwargs["query"], str)

@@ -5,8 +5,9 @@ enclosing chain retrieved (or passed with ``documents=``) and verified by the mo
 answer is the model's own: under greedy decoding, token for token what plain decoding gives.
 
 Tools (``bind_tools``), structured output (``with_structured_output``) and JSON mode
-(``bind(response_format=...)``) decode under a grammar on the local engine, still
-speculatively and still exactly: see ``output_format``, ``tools`` and ``structured``.
+(``bind(response_format=...)``) decode under a grammar: on the local engine still
+speculatively and still exactly (see ``output_format``, ``tools`` and ``structured``); on
+vLLM the grammar goes with the request as vLLM's structured outputs.
 """
 
 from __future__ import annotations
@@ -100,7 +101,6 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
         ``parallel_tool_calls=True`` allows several calls per reply; the default is one,
         as a small model given the room tends to repeat its call.
         """
-        self._refuse_grammar_off_local("bind_tools")
         specs = tool_specs(tools)  # bad tools and choices fail here, not at the first call
         tool_choice_name(tool_choice, [s.name for s in specs])
         options: dict[str, Any] = {"tools": [convert_to_openai_tool(t) for t in tools]}
@@ -123,17 +123,9 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
         del strict
         if kwargs:
             raise ValueError(f"unsupported arguments {sorted(kwargs)}")
-        self._refuse_grammar_off_local("with_structured_output")
         if method == "function_calling":
             return super().with_structured_output(schema, include_raw=include_raw)
         return structured_runnable(self, schema, method, include_raw)
-
-    def _refuse_grammar_off_local(self, what: str) -> None:
-        if self.runs_on != "local":
-            raise NotImplementedError(
-                f"{what} (tools, structured output, JSON mode) needs grammar-constrained "
-                f"decoding, which runs on backend='local' only for now; this model runs on "
-                f"{self.runs_on!r}. Use ChatNGramTrie(backend='local') for these calls.")
 
     # ---- whole answers ----------------------------------------------------------------------
     def _chat_request(self, messages: list[BaseMessage], stop: list[str] | None,
@@ -142,8 +134,6 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
         """The request, and the shape its answer must take (``None``: free text)."""
         kwargs = dict(kwargs)
         output = pop_output_format(kwargs)
-        if output is not None and output.grammar is not None:
-            self._refuse_grammar_off_local("a grammar-constrained call")
         chat = with_instruction(to_chat(messages), output.instruction if output else None)
         request = self._request(chat, stop, kwargs, *call_run_ids(run_manager))
         if output is not None and output.grammar is not None:

@@ -127,18 +127,6 @@ def test_bad_formats_fail_before_generating(llm) -> None:
         llm.with_structured_output(Person, method="xml")
 
 
-@pytest.mark.parametrize("settings", [{"base_url": "http://127.0.0.1:9/v1"},
-                                      {"backend": "vllm"}])
-def test_vllm_refuses_grammars_instead_of_ignoring_them(settings) -> None:
-    remote = ChatNGramTrie(**settings)
-    with pytest.raises(NotImplementedError, match="backend='local'"):
-        remote.bind_tools([get_weather])
-    with pytest.raises(NotImplementedError, match="backend='local'"):
-        remote.with_structured_output(Person)
-    with pytest.raises(NotImplementedError, match="backend='local'"):  # nothing contacted
-        remote.bind(response_format={"type": "json_object"}).invoke("hi")
-
-
 def test_tool_choice_spellings() -> None:
     names = ["get_weather", "search_docs"]
     assert [tool_choice_name(c, names) for c in (None, "auto", "any", "required", True,
