@@ -36,6 +36,7 @@ from .result import FinishReason, GenerationResult, GenerationStats
 from .sampling import SamplingParams, accept, choose
 from .stream import GenerationStream, Step
 from .text_stream import TextStream
+from .validation import check_documents, check_options, check_prompt, vocab_size
 
 __all__ = ["DraftConfig", "GenerationStream", "SpeculativeGenerator"]
 
@@ -160,10 +161,10 @@ class SpeculativeGenerator:
                 (JSON schema, JSON, regex, EBNF): constrained decoding, exact under
                 speculation (each tree node masked by its own grammar state).
         """
-        if max_new_tokens <= 0:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if num_draft is not None and num_draft < 1:
-            raise ValueError(f"num_draft must be >= 1, got {num_draft}")
+        check_options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                      top_k=top_k, stop=stop, seed=seed, num_draft=num_draft, method=method)
+        check_prompt(prompt)
+        documents = check_documents(documents, vocab_size(self.model))
         method = check_method(method or self.config.method)
         params = SamplingParams(temperature, top_p, top_k)
         stops = [stop] if isinstance(stop, str) else list(stop or ())

@@ -181,8 +181,16 @@ def load_model(
             raise ModelNotFoundError(f"no config.json in {str(folder)!r}: not a model folder")
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     kwargs["local_files_only"] = True
-    tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, **kwargs)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, **kwargs)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        # transformers' reasons (no weights, no tokenizer, an unknown architecture) run to
+        # many lines; the first names the problem.
+        reason = next((line for line in str(exc).splitlines() if line.strip()),
+                      type(exc).__name__)
+        raise ModelNotFoundError(f"cannot load a model from {str(folder)!r}: {reason.strip()}"
+                                 ) from exc
     model.to(device=device, dtype=torch_dtype).eval()
     model.generation_config.pad_token_id = (
         model.generation_config.pad_token_id or tokenizer.pad_token_id or tokenizer.eos_token_id

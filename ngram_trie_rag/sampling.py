@@ -50,6 +50,7 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         sorted_scores, order = torch.sort(scores, descending=True, dim=-1)
         cum = sorted_scores.softmax(-1).cumsum(-1)
         drop = cum - sorted_scores.softmax(-1) >= params.top_p  # keep the token crossing top_p
+        drop[..., 0] = False  # and the most likely one, even when top_p rounds to 0 in fp32
         sorted_scores = sorted_scores.masked_fill(drop, float("-inf"))
         scores = torch.full_like(scores, float("-inf")).scatter(-1, order, sorted_scores)
     return scores.softmax(-1)

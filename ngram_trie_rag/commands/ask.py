@@ -13,6 +13,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..retrieval.cli import add_limit_flags
+from .arguments import positive_int
+from .errors import run_guarded
+
 
 class AskError(ValueError):
     """A user-facing problem: printed as one line, exit code 2."""
@@ -27,14 +31,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        + ("; the question comes last" if name == "ask" else ""))
         p.add_argument("--model", default=None, help="local HF model folder (default: packaged)")
         p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
-        p.add_argument("--k", type=int, default=4, help="passages given to the model")
-        p.add_argument("--candidates", type=int, default=20,
+        p.add_argument("--k", type=positive_int, default=4, help="passages given to the model")
+        p.add_argument("--candidates", type=positive_int, default=20,
                        help="passages retrieved before reranking")
         p.add_argument("--rerank", choices=["llm", "none"], default="llm")
-        p.add_argument("--max-new-tokens", type=int, default=256)
-        p.add_argument("--num-draft", type=int, default=None)
+        p.add_argument("--max-new-tokens", type=positive_int, default=256)
+        p.add_argument("--num-draft", type=positive_int, default=None)
         p.add_argument("--json", action="store_true", help="print one JSON object, no stream")
         p.add_argument("--cache-dir", default=None, help="where the index cache lives")
+        add_limit_flags(p)
         p.set_defaults(func=_run_ask if name == "ask" else _run_chat)
 
 
@@ -43,7 +48,7 @@ def _run_ask(args: argparse.Namespace) -> int:
         return _fail("give the documents and then the question, e.g. "
                      "ngram-trie-rag ask examples/sample_docs \"What is tree attention?\"")
     *docs, question = args.docs
-    return _guarded(lambda: _answer_once(args, docs, question))
+    return _guarded(lambda: _answer_once(args, docs, question), args)
 
 
 def _run_chat(args: argparse.Namespace) -> int:
@@ -57,9 +62,12 @@ def _run_chat(args: argparse.Namespace) -> int:
                 return 0
             if not question:
                 return 0
-            session.answer(question)
+            try:
+                session.answer(question)
+            except ValueError as exc:  # e.g. too long: the next question may be fine
+                print(f"error: {exc}", file=sys.stderr)
 
-    return _guarded(loop)
+    return _guarded(loop, args)
 
 
 def _answer_once(args: argparse.Namespace, docs: list[str], question: str) -> int:
@@ -86,7 +94,10 @@ class Session:
         _status("indexing the documents (cached after the first run) ...", args.json)
         source = docs[0] if len(docs) == 1 else docs
         self.retriever = load_or_build(source, args.cache_dir,
-                                       top_k=max(args.candidates, args.k), top_n=args.k)
+                                       top_k=max(args.candidates, args.k), top_n=args.k,
+                                       max_passages=args.max_passages,
+                                       max_bytes=args.max_bytes,
+                                       report=lambda line: _status(line, args.json))
         _status("loading the model ...", args.json)
         self.gen = SpeculativeGenerator.from_pretrained(args.model, dtype=args.dtype)
         if args.rerank == "llm":
@@ -97,7 +108,14 @@ class Session:
 
         passages = self.retriever.retrieve(question)
         texts = [p.text for p in passages]
-        stream = self.gen.stream(rag_messages(texts, question), texts,
+        messages = rag_messages(texts, question)
+        size = len(self.gen.encode_prompt(messages))
+        if size >= self.gen.context_window:
+            raise AskError(f"the question and its {len(texts)} passages take "
+                           f"{size} tokens, more than the "
+                           f"model's context window of {self.gen.context_window}: shorten the "
+                           "question or pass a smaller --k")
+        stream = self.gen.stream(messages, texts,
                                  max_new_tokens=self.args.max_new_tokens,
                                  num_draft=self.args.num_draft)
         for delta in _deltas(stream, echo=not self.args.json):
@@ -134,16 +152,9 @@ def _deltas(stream, echo: bool) -> Iterator[str]:
             yield delta
 
 
-def _guarded(action) -> int:
-    from ..loading import ModelNotFoundError
-    from ..retrieval import RetrievalError
-
-    try:
-        return action()
-    except (AskError, RetrievalError, ModelNotFoundError) as exc:
-        return _fail(str(exc))
-    except KeyboardInterrupt:
-        return 130
+def _guarded(action, args: argparse.Namespace) -> int:
+    """One ``error:`` line and exit 2 for a user's mistake (see ``errors``)."""
+    return run_guarded(action, debug=getattr(args, "debug", False))
 
 
 def _fail(message: str) -> int:

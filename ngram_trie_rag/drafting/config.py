@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..validation import check_draft_config
 from .proposers import PROPOSERS
 
 
@@ -25,6 +26,8 @@ class DraftConfig:
     max_trie_tokens: int = 1 << 20
 
     def __post_init__(self) -> None:
+        check_draft_config(self.n, self.prefix_len, self.num_draft, self.method,
+                           self.adaptive, self.max_trie_tokens)
         if self.num_draft < 1:
             raise ValueError(f"num_draft must be >= 1, got {self.num_draft}")
         if self.prefix_len < 1:

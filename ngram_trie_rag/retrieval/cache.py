@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from .batches import Report
 from .chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
 from .embedder import Embedder
 from .errors import IndexLoadError
@@ -70,8 +71,12 @@ def load_or_build(
     reranker: Reranker | None = None,
     top_k: int = 100,
     top_n: int = 5,
+    max_passages: int | None = None,
+    max_bytes: int | None = None,
+    report: Report | None = None,
 ) -> Retriever:
-    """A retriever over ``docs_path``, from the cache when its files have not changed."""
+    """A retriever over ``docs_path``, from the cache when its files have not changed.
+    The caps and ``report`` apply when it is built (see ``Retriever.build``)."""
     if not isinstance(embedder, Embedder):
         embedder = Embedder(embedder)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -84,10 +89,13 @@ def load_or_build(
             return Retriever.load(entry, embedder=embedder, reranker=reranker,
                                   top_k=top_k, top_n=top_n)
         except IndexLoadError:
-            pass  # a damaged cache entry is rebuilt below, never fatal
+            # A damaged entry is rebuilt, never fatal; the entry (named by its key, in
+            # the cache's own folder) goes first, in case its manifest is damaged too.
+            shutil.rmtree(entry, ignore_errors=True)
     retriever = Retriever.build(
         docs_path, embedder=embedder, factory=factory, chunk_size=chunk_size,
         overlap=overlap, reranker=reranker, top_k=top_k, top_n=top_n,
+        max_passages=max_passages, max_bytes=max_bytes, report=report,
     )
     retriever.index.save(entry, extra={"docs": str(docs_path), "cache_key": content})
     for stale in root.glob(f"{location}-*"):

@@ -2,7 +2,12 @@
 
 The project CLI calls ``add_parser(subparsers)`` and then ``args.func(args)``. Heavy
 imports (torch, sentence-transformers, faiss) happen inside the handlers, so ``--help``
-stays instant. User errors print one ``error: ...`` line to stderr and exit with code 2.
+stays instant. User errors print one ``error: ...`` line to stderr and exit with code 2
+(with ``--debug`` on the project command line, the traceback instead).
+
+``index build`` checks ``--out`` and takes the folder's build lock before it reads or
+embeds anything, so a wrong folder or a second build into the same one fails at once; it
+prints the passage count and a time estimate before the embedding starts.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ import json
 import sys
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from ..commands.arguments import byte_size, non_negative_int, positive_int
 from .chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
 from .errors import RetrievalError
 
@@ -32,6 +39,8 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         try:
             return handler(args)
         except (RetrievalError, OSError, ImportError) as exc:
+            if getattr(args, "debug", False):
+                raise
             _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return EXIT_USAGE  # unreachable; keeps type checkers happy
 
@@ -41,27 +50,38 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 
 def _build(args: argparse.Namespace) -> int:
     """Load + chunk + embed DOCS_DIR and save the index to --out."""
+    from .build_lock import build_lock
     from .retriever import Retriever
+    from .store import check_target
 
     if not 0 <= args.overlap < args.chunk_size:
         raise RetrievalError(
             f"--overlap must be in [0, --chunk-size), got {args.overlap} for {args.chunk_size}"
         )
-    retriever = Retriever.build(
-        args.docs,
-        embedder=args.embedder,
-        factory=args.factory,
-        nprobe=args.nprobe,
-        chunk_size=args.chunk_size,
-        overlap=args.overlap,
-    )
-    retriever.save(args.out)
+    check_target(Path(args.out))  # before minutes of embedding, not after
+    with build_lock(args.out):  # a second build into the same folder fails at once
+        retriever = Retriever.build(
+            args.docs,
+            embedder=args.embedder,
+            factory=args.factory,
+            nprobe=args.nprobe,
+            chunk_size=args.chunk_size,
+            overlap=args.overlap,
+            max_passages=args.max_passages,
+            max_bytes=args.max_bytes,
+            report=_to_stderr,
+        )
+        retriever.save(args.out)
     index = retriever.index
     print(
         f"indexed {len(index)} passages from {args.docs} into {args.out} "
         f"(factory {index.factory}, embedder {index.embedder_name})"
     )
     return 0
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _make_reranker(args: argparse.Namespace) -> Any:
@@ -82,8 +102,6 @@ def _query(args: argparse.Namespace) -> int:
     """Print the top passages for a question over a saved index."""
     from .retriever import Retriever
 
-    if args.k < 1 or args.top_k < 1:
-        raise RetrievalError("--k and --top-k must be >= 1")
     retriever = Retriever.load(
         args.index, reranker=_make_reranker(args), top_k=max(args.top_k, args.k), top_n=args.k
     )
@@ -126,18 +144,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                        help="sentence-transformers model (default: packaged all-MiniLM-L6-v2)")
     build.add_argument("--factory", default=None, metavar="STR",
                        help="FAISS factory string (default: Flat below 10k passages, else IVF-PQ)")
-    build.add_argument("--nprobe", type=int, default=None, help="IVF lists searched (default 16)")
-    build.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, metavar="N",
+    build.add_argument("--nprobe", type=positive_int, default=None,
+                       help="IVF lists searched (default 16)")
+    build.add_argument("--chunk-size", type=positive_int, default=DEFAULT_CHUNK_SIZE, metavar="N",
                        help=f"words per passage (default {DEFAULT_CHUNK_SIZE})")
-    build.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP, metavar="N",
+    build.add_argument("--overlap", type=non_negative_int, default=DEFAULT_OVERLAP, metavar="N",
                        help=f"words shared by consecutive passages (default {DEFAULT_OVERLAP})")
+    add_limit_flags(build)
     build.set_defaults(func=_guarded(_build))
 
     query = actions.add_parser("query", help="print the top passages for a question")
     query.add_argument("index", metavar="INDEX_DIR")
     query.add_argument("question")
-    query.add_argument("--k", type=int, default=5, help="passages to print (default 5)")
-    query.add_argument("--top-k", type=int, default=100,
+    query.add_argument("--k", type=positive_int, default=5, help="passages to print (default 5)")
+    query.add_argument("--top-k", type=positive_int, default=100,
                        help="candidates fetched before reranking (default 100)")
     query.add_argument("--rerank", choices=("none", "llm", "llm-yesno"), default="none",
                        help="rerank candidates with the LLM: 'llm' scores the query "
@@ -145,7 +165,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                        "(needs an instruction-following LLM)")
     query.add_argument("--model", default=None, metavar="PATH",
                        help="LLM folder for --rerank llm (default: packaged SmolLM2)")
-    query.add_argument("--nprobe", type=int, default=None, help="override the saved nprobe")
+    query.add_argument("--nprobe", type=positive_int, default=None,
+                       help="override the saved nprobe")
     query.add_argument("--json", action="store_true", help="print JSON instead of text")
     query.set_defaults(func=_guarded(_query))
     return parser
+
+
+def add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """``--max-passages`` and ``--max-bytes``: stop an oversized build before embedding."""
+    parser.add_argument("--max-passages", type=positive_int, default=None, metavar="N",
+                        help="refuse to embed more than N passages (default: no limit)")
+    parser.add_argument("--max-bytes", type=byte_size, default=None, metavar="SIZE",
+                        help="refuse documents over SIZE in all, e.g. 20M (default: no limit)")

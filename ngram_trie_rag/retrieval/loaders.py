@@ -41,6 +41,22 @@ def _walk(folder: Path) -> list[Path]:
     return found
 
 
+def _reachable(path: Path) -> bool:
+    """Whether ``path`` exists; a path that cannot be followed (a symbolic link loop, a
+    folder without permission) is a ``DocumentLoadError`` naming it, not an ``OSError``
+    from deep inside a reader or the cache's fingerprint."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise DocumentLoadError(f"cannot read {path}: it is a symbolic link to "
+                                    f"{os.readlink(path)!r}, which does not exist") from None
+        return False
+    except OSError as exc:
+        raise DocumentLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return True
+
+
 def discover_files(path_or_paths: PathLike | Sequence[PathLike]) -> list[Path]:
     """Every document file that ``load_documents`` would read, validating paths and formats."""
     paths = _as_paths(path_or_paths)
@@ -48,7 +64,7 @@ def discover_files(path_or_paths: PathLike | Sequence[PathLike]) -> list[Path]:
         raise DocumentLoadError("no document paths given")
     files: list[Path] = []
     for path in paths:
-        if not path.exists():
+        if not _reachable(path):
             raise DocumentLoadError(f"document path not found: {path}")
         if path.is_dir():
             inside = _walk(path)
@@ -104,6 +120,15 @@ def iter_file_stats(files: Iterable[Path]) -> list[tuple[str, int, int]]:
     """(absolute path, mtime_ns, size) per file: the cheap fingerprint the index cache keys on."""
     stats = []
     for path in files:
-        st = path.stat()
+        st = file_stat(path)
         stats.append((str(path.resolve()), st.st_mtime_ns, st.st_size))
     return stats
+
+
+def file_stat(path: Path) -> os.stat_result:
+    """``path.stat()``, with a file that cannot be followed (a symbolic link loop, a
+    dangling link) reported as a ``DocumentLoadError`` naming it."""
+    try:
+        return path.stat()
+    except OSError as exc:
+        raise DocumentLoadError(f"cannot read {path}: {exc.strerror or exc}") from None

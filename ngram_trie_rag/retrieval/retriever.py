@@ -12,9 +12,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from .batches import Report
 from .chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunk_documents
 from .embedder import Embedder
-from .loaders import load_documents
+from .limits import check_bytes, check_passages, human_bytes
+from .loaders import discover_files, load_documents
 from .passage import Passage
 from .reranker_base import Reranker
 from .vector_index import VectorIndex
@@ -22,16 +24,26 @@ from .vector_index import VectorIndex
 Sources = str | os.PathLike | Sequence[str | os.PathLike] | Sequence[Passage]
 
 
-def _as_passages(sources: Sources, chunk_size: int, overlap: int) -> list[Passage]:
-    """Passages as given, or files/folders loaded and chunked."""
+def _as_passages(sources: Sources, chunk_size: int, overlap: int, *,
+                 max_passages: int | None = None, max_bytes: int | None = None,
+                 report: Report | None = None) -> list[Passage]:
+    """Passages as given, or files/folders loaded and chunked, within the caps (the byte
+    cap is checked from file sizes, before anything is read)."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     items = list(sources)
     if items and all(isinstance(item, Passage) for item in items):
+        check_passages(len(items), max_passages)
         return items  # type: ignore[return-value]
     if any(isinstance(item, Passage) for item in items):
         raise TypeError("pass either paths or Passage objects, not a mix")
-    return chunk_documents(load_documents(items), chunk_size, overlap)  # type: ignore[arg-type]
+    files = discover_files(items)  # type: ignore[arg-type]
+    size = check_bytes(files, max_bytes)
+    passages = chunk_documents(load_documents(files), chunk_size, overlap)
+    if report is not None:
+        report(f"{len(files)} files, {human_bytes(size)}: {len(passages):,} passages")
+    check_passages(len(passages), max_passages)
+    return passages
 
 
 class Retriever:
@@ -101,13 +113,22 @@ class Retriever:
         top_k: int = 100,
         top_n: int = 5,
         progress: bool | None = None,
+        max_passages: int | None = None,
+        max_bytes: int | None = None,
+        report: Report | None = None,
     ) -> Retriever:
-        """Index files, folders or ready ``Passage`` objects in one call."""
+        """Index files, folders or ready ``Passage`` objects in one call.
+
+        ``max_bytes`` (total file size) and ``max_passages`` stop an oversized build before
+        it embeds anything (``InputTooLargeError``); ``report`` gets a line with the
+        passage count and one with the time estimate before the embedding starts.
+        """
         if not isinstance(embedder, Embedder):
             embedder = Embedder(embedder)
-        passages = _as_passages(sources, chunk_size, overlap)
+        passages = _as_passages(sources, chunk_size, overlap, max_passages=max_passages,
+                                max_bytes=max_bytes, report=report)
         index = VectorIndex(embedder, factory=factory, nprobe=nprobe)
-        index.add(passages, progress=progress)
+        index.add(passages, progress=progress, report=report)
         return cls(index, embedder, reranker=reranker, top_k=top_k, top_n=top_n)
 
     @classmethod

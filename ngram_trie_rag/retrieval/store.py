@@ -7,10 +7,12 @@ Why this shape:
   an index is never searched with vectors from a different model, and sha256 checksums, so
   a truncated or corrupted file is reported instead of crashing FAISS.
 * Saves are atomic: everything is written into a temporary sibling folder, flushed, then
-  renamed into place; the previous index is moved aside and deleted only after the new one
-  is in place. A crash mid-save leaves the previous index (or nothing) at the target path,
-  never a half-written one. (Between the two renames there is a window of microseconds
-  where the target is absent; the old copy then sits beside it as ``.NAME.old-*``.)
+  renamed into place (``swap``). A crash mid-save leaves the previous index (or nothing)
+  at the target path, never a half-written one.
+* Saves never delete what they did not write: an existing folder is replaced only when its
+  manifest is really one of ours (format, version, listed files), and then only the
+  index's own files; a user's file inside an index folder survives a rebuild.
+* Saves into one folder take turns under a lock beside it (``build_lock``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from .build_lock import build_lock
 from .errors import IndexLoadError, IndexSaveError
 from .jsonl import JsonlError, jsonl_rows
 from .passage import Passage
 from .policy import factory_nlist
+from .swap import new_tmp, publish, recover
 
 FORMAT_NAME = "ngram-trie-rag-index"
 FORMAT_VERSION = 1
@@ -39,6 +40,10 @@ MANIFEST = "manifest.json"
 INDEX_FILE = "index.faiss"
 PASSAGES_FILE = "passages.jsonl"
 REQUIRED_KEYS = ("embedder", "dim", "factory", "nprobe", "count", "files")
+OWNED_FILES = frozenset({MANIFEST, INDEX_FILE, PASSAGES_FILE})
+# How long a save waits for another save into the same folder (one holds it for seconds;
+# ``index build`` holds it while embedding and fails at once instead).
+SAVE_WAIT_S = 600.0
 
 
 @dataclass
@@ -67,8 +72,37 @@ def _passages_jsonl(passages: list[Passage]) -> bytes:
     return "".join(line + "\n" for line in lines).encode("utf-8")
 
 
-def is_index_dir(path: Path) -> bool:
-    return (path / MANIFEST).is_file()
+def owned_files(folder: Path) -> frozenset[str] | None:
+    """The files an index of ours at ``folder`` owns (its manifest and the files the
+    manifest lists), or ``None`` when ``folder`` holds no such index.
+
+    A file named ``manifest.json`` alone proves nothing (web apps and browser extensions
+    have one): the manifest must name this format and version and list exactly the files
+    this version writes. Only then may a save replace those files, and only those.
+    """
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        return None
+    files = manifest.get("files")
+    if manifest.get("format_version") != FORMAT_VERSION or not isinstance(files, dict):
+        return None
+    if set(files) != set(OWNED_FILES) - {MANIFEST}:
+        return None
+    return OWNED_FILES
+
+
+def check_target(target: Path) -> None:
+    """Refuse a target that is a file, or a non-empty folder that is not our index."""
+    if target.exists() and not target.is_dir():
+        raise IndexSaveError(f"cannot save index to {target}: it is a file")
+    if target.is_dir() and owned_files(target) is None and any(target.iterdir()):
+        raise IndexSaveError(
+            f"refusing to save index to {target}: folder exists and is not an index (no "
+            f"{FORMAT_NAME} {MANIFEST}); nothing was changed, choose an empty or new folder"
+        )
 
 
 def write_index_dir(
@@ -76,60 +110,46 @@ def write_index_dir(
     index: Any,
     passages: list[Passage],
     fields: dict[str, Any],
+    *,
+    wait_s: float = SAVE_WAIT_S,
 ) -> Path:
     """Atomically write ``index`` (a CPU faiss index) + passages + manifest to ``path``.
 
     ``fields`` go into the manifest (embedder, dim, factory, nprobe, and any extras).
     Refuses to replace an existing non-empty folder that is not an index, so a mistyped
-    ``--out`` can never delete someone's documents.
+    ``--out`` can never delete someone's documents; in an existing index folder only the
+    index's own files are replaced, anything else in it is kept (see ``swap``). Saves into
+    one folder take turns (see ``build_lock``), waiting up to ``wait_s`` seconds.
     """
     import faiss
 
-    target = Path(path)
-    if target.exists() and not target.is_dir():
-        raise IndexSaveError(f"cannot save index to {target}: it is a file")
-    if target.is_dir() and not is_index_dir(target) and any(target.iterdir()):
-        raise IndexSaveError(
-            f"refusing to save index to {target}: folder exists and is not an index"
-        )
+    target = Path(os.path.realpath(path))  # a symlink's folder, not the link, is replaced
+    check_target(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        files = {
-            INDEX_FILE: _write_file(tmp / INDEX_FILE, faiss.serialize_index(index).tobytes()),
-            PASSAGES_FILE: _write_file(tmp / PASSAGES_FILE, _passages_jsonl(passages)),
-        }
-        manifest = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            **fields,
-            "count": len(passages),
-            "metric": "inner_product",
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "files": files,
-        }
-        _write_file(tmp / MANIFEST, json.dumps(manifest, indent=2).encode("utf-8"))
-        _swap_into_place(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    with build_lock(target, wait_s):
+        recover(target, OWNED_FILES)
+        check_target(target)  # again: another build may have finished meanwhile
+        tmp = new_tmp(target)
+        try:
+            files = {
+                INDEX_FILE: _write_file(tmp / INDEX_FILE, faiss.serialize_index(index).tobytes()),
+                PASSAGES_FILE: _write_file(tmp / PASSAGES_FILE, _passages_jsonl(passages)),
+            }
+            manifest = {
+                "format": FORMAT_NAME,
+                "format_version": FORMAT_VERSION,
+                **fields,
+                "count": len(passages),
+                "metric": "inner_product",
+                "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "files": files,
+            }
+            _write_file(tmp / MANIFEST, json.dumps(manifest, indent=2).encode("utf-8"))
+            publish(tmp, target, owned_files(target) or frozenset())
+        finally:
+            if tmp.exists():  # only index files inside: never a user's
+                recover(target, OWNED_FILES)
     return target
-
-
-def _swap_into_place(tmp: Path, target: Path) -> None:
-    """rename(tmp -> target), moving an existing target aside first and restoring it on
-    failure. ``rename`` of a folder is atomic on POSIX within one filesystem."""
-    if not target.exists():
-        tmp.rename(target)
-        return
-    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-    target.rename(old)
-    try:
-        tmp.rename(target)
-    except BaseException:
-        old.rename(target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _read_manifest(folder: Path) -> dict[str, Any]:

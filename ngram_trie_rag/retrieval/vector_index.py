@@ -9,11 +9,14 @@ the first ``add``, so the policy sees the corpus size. Passage ``i`` is FAISS id
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from . import batches
+from .batches import Report, estimate_line, training_sample
 from .embedder import Embedder
 from .errors import IndexBuildError, IndexLoadError
 from .gpu import GpuPlacement
@@ -115,11 +118,12 @@ class VectorIndex:
         )
         space.set_index_parameter(self._index, "nprobe", int(self._nprobe))
 
-    def _create(self, n_train: int) -> tuple[Any, str]:
-        """A new empty index and its factory (policy-chosen for ``n_train`` when unset)."""
+    def _create(self, n_train: int, planned: int | None = None) -> tuple[Any, str]:
+        """A new empty index and its factory (policy-chosen for ``planned`` vectors, by
+        default ``n_train``, when unset)."""
         import faiss
 
-        factory = self.factory or choose_factory(n_train, self.dim)
+        factory = self.factory or choose_factory(planned or n_train, self.dim)
         try:
             index = faiss.index_factory(self.dim, factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as exc:
@@ -138,23 +142,76 @@ class VectorIndex:
         vectors: np.ndarray | None = None,
         *,
         progress: bool | None = None,
+        report: Report | None = None,
     ) -> None:
         """Append passages; embeds them unless ``vectors`` (n, dim) are given.
 
         The first add creates the index and trains it when the factory needs training
         (IVF, PQ); later adds only encode and append. A failed training leaves the index
-        empty and unchanged, so a larger first batch can still succeed.
+        empty and unchanged, so a larger first batch can still succeed. Passages to embed
+        go in batches (see ``batches``); ``report`` gets one line with the time estimate
+        before the long part.
         """
         passages = list(passages)
         if not passages:
             return
         if vectors is None:
-            vectors = self.embedder.encode([p.text for p in passages], progress=progress)
+            self._embed_and_add(passages, progress, report)
+        else:
+            self._add_vectors(passages, vectors, len(passages))
+
+    def _embed_and_add(self, passages: list[Passage], progress: bool | None,
+                       report: Report | None) -> None:
+        """Embed batch by batch, adding each batch's vectors as they come; an index still
+        to be trained first collects its training sample."""
+        from tqdm.auto import tqdm
+
+        total = len(passages)
+        need = 0 if self._index is not None else self._training_need(total)
+        pending: list[tuple[list[Passage], np.ndarray]] = []
+        show = total > 256 if progress is None else progress
+        start, bar = time.perf_counter(), None
+        try:
+            for lo, hi in batches.batch_bounds(total, batches.PROBE_SIZE, batches.BATCH_SIZE):
+                batch = passages[lo:hi]
+                pending.append((batch, self.embedder.encode([p.text for p in batch],
+                                                            progress=False)))
+                if bar is None:  # after the timed probe: the estimate, then the bar
+                    if report is not None and hi < total:
+                        report(estimate_line(total, hi, time.perf_counter() - start,
+                                             self.embedder_name))
+                    bar = tqdm(total=total, initial=hi, unit="passage", desc="embedding",
+                               disable=not show)
+                else:
+                    bar.update(hi - lo)
+                if sum(len(b) for b, _ in pending) >= need or hi == total:
+                    self._add_vectors([p for b, _ in pending for p in b],
+                                      np.concatenate([v for _, v in pending]), total)
+                    pending, need = [], 0
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _training_need(self, planned: int) -> int:
+        """Vectors the first add must bring: a training sample when the index that
+        ``planned`` vectors get must be trained, else none."""
+        import faiss
+
+        factory = self.factory or choose_factory(planned, self.dim)
+        try:
+            trained = faiss.index_factory(self.dim, factory, faiss.METRIC_INNER_PRODUCT).is_trained
+        except RuntimeError:
+            return planned  # an invalid factory: the first add reports it
+        return 0 if trained else training_sample(factory, planned)
+
+    def _add_vectors(self, passages: list[Passage], vectors: np.ndarray, planned: int) -> None:
+        """Add passages with their vectors; the first call creates (and trains) the index
+        for ``planned`` vectors in all."""
         vectors = _normalised(vectors, self.dim)
         if len(vectors) != len(passages):
             raise ValueError(f"{len(passages)} passages but {len(vectors)} vectors")
         if self._index is None:
-            index, factory = self._create(len(vectors))
+            index, factory = self._create(len(vectors), planned)
             if not index.is_trained:
                 try:
                     index.train(vectors)

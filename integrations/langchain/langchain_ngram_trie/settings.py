@@ -19,7 +19,17 @@ from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
 from ngram_trie_rag.serving.openai_http import DEFAULT_TIMEOUT_S, OpenAIHTTPBackend
 from ngram_trie_rag.serving.server import DEFAULT_K
 from ngram_trie_rag.threads import iterate_blocking, run_blocking
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
+from ngram_trie_rag.validation import check_options, not_bool, refuse_bytes
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .backends import Place, check_call_options, check_fields, place, vllm_options
 from .documents import DraftDocuments, choose_documents
@@ -32,6 +42,8 @@ PROVIDER = "ngram_trie"  # LangSmith provider name
 CALL_OPTIONS = {"max_tokens": "max_new_tokens", "temperature": "temperature",
                 "top_p": "top_p", "top_k": "top_k", "seed": "seed", "num_draft": "num_draft",
                 "draft_method": "method"}
+# The core's option names as a LangChain user spells them, for error messages.
+OPTION_NAMES = {core: name for name, core in CALL_OPTIONS.items()}
 # Keywords LangChain itself may pass along that carry no generation option.
 IGNORED_KWARGS = {"stream"}
 
@@ -108,6 +120,13 @@ class NGramTrieSettings(BaseModel):
     are passed); ``False`` always drafts from the prompt."""
 
     _vllm: Any = PrivateAttr(default=None)  # the vLLM backend, made on first use
+
+    @field_validator("n", "prefix_len", "num_draft", "max_tokens", "temperature", "top_p",
+                     "top_k", "seed", "num_speculative_tokens", "request_timeout",
+                     mode="before")
+    @classmethod
+    def _numbers_are_not_bools(cls, value: Any, info: ValidationInfo) -> Any:
+        return not_bool(str(info.field_name), value)
 
     @model_validator(mode="after")
     def _check_trie_shape(self) -> NGramTrieSettings:
@@ -206,6 +225,8 @@ class NGramTrieSettings(BaseModel):
         options = {core: kwargs.get(name, getattr(self, name))
                    for name, core in CALL_OPTIONS.items()}
         options["stop"] = list(stop) if stop else (list(self.stop) if self.stop else None)
+        check_options(OPTION_NAMES, **options)
+        refuse_bytes(kwargs.get("documents"))
         draft = choose_documents(kwargs.get("documents"), run_id, parent_run_id,
                                  self.use_retrieved_documents)
         return Request(prompt, draft, options)

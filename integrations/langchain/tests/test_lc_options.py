@@ -108,3 +108,25 @@ async def test_leaving_an_async_stream_early_releases_the_model(llm):
     await stream.aclose()
     message = await asyncio.wait_for(llm.ainvoke(QUESTION, max_tokens=2), timeout=120)
     assert message.usage_metadata["output_tokens"] == 2
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"temperature": float("nan")}, ValueError, "temperature must be a finite number, got nan"),
+    ({"max_tokens": 3.7}, TypeError, "max_tokens must be an integer, got 3.7"),
+    ({"max_tokens": True}, TypeError, "max_tokens must be an integer, got True"),
+    ({"top_p": 2.0}, ValueError, "top_p must be <= 1.0"),
+    ({"seed": "7"}, TypeError, "seed must be an integer"),
+    ({"documents": [b"Error E2"]}, TypeError, "document 0 is bytes.*decode"),
+    ({"documents": b"Error E2"}, TypeError, "documents are bytes.*decode"),
+])
+def test_bad_numbers_and_bytes_are_clear_errors(llm, kwargs, error, message):
+    """Refused by name before the model runs, never as an error from inside torch."""
+    with pytest.raises(error, match=message):
+        llm.invoke(QUESTION, **kwargs)
+
+
+def test_numeric_fields_refuse_bools_and_nan():
+    with pytest.raises(ValueError, match="max_tokens must be a number, got True"):
+        ChatNGramTrie(max_tokens=True)
+    with pytest.raises(ValueError, match="temperature"):
+        ChatNGramTrie(temperature=float("nan"))

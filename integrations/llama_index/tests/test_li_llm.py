@@ -180,3 +180,20 @@ async def test_cancelled_call_frees_the_model(li_llm):
         await asyncio.sleep(0.05)
     assert not li_llm.generator.busy
     assert (await li_llm.acomplete(QUESTION, max_new_tokens=4)).text  # still usable
+
+
+def test_bad_numbers_and_bytes_are_clear_errors(li_llm):
+    """Refused by name before the model runs, never as an error from inside torch."""
+    import pytest
+
+    cases = [({"temperature": float("nan")}, ValueError, "temperature must be a finite"),
+             ({"max_new_tokens": 3.7}, TypeError, "max_new_tokens must be an integer"),
+             ({"top_k": False}, TypeError, "top_k must be an integer, got False"),
+             ({"num_draft": 0}, ValueError, "num_draft must be >= 1"),
+             ({"documents": [b"Error E2"]}, TypeError, "document 0 is bytes.*decode"),
+             ({"documents": b"Error E2"}, TypeError, "documents are bytes.*decode")]
+    for kwargs, error, message in cases:
+        with pytest.raises(error, match=message):
+            li_llm.complete(QUESTION, **kwargs)
+    with pytest.raises(ValueError, match="max_new_tokens must be a number, got True"):
+        NGramTrieLLM(max_new_tokens=True)

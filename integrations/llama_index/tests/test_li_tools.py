@@ -219,19 +219,6 @@ async def test_function_agent_with_a_retriever_tool(li_index, llm, li_calls):
     assert "".join(streamed) == answer
 
 
-# ---- vLLM: refused, not ignored -----------------------------------------------------------
-def test_vllm_refuses_tools_and_grammars():
-    llm = NGramTrieLLM(base_url="http://127.0.0.1:9/v1", model_name="smollm2",
-                       context_window=2048)
-    assert not llm.metadata.is_function_calling_model
-    with pytest.raises(NotImplementedError, match="backend='local'"):
-        llm.chat_with_tools(TOOLS, user_msg=QUESTION)
-    with pytest.raises(NotImplementedError, match="backend='local'"):
-        llm.complete("hi", grammar=Grammar.json())
-    with pytest.raises(NotImplementedError, match="PydanticProgramMode.LLM"):
-        llm.structured_predict(City, CITY_PROMPT, city="Paris")
-
-
 # ---- the reply format's pieces, without the model ---------------------------------------
 def test_tool_choice_values():
     specs = [tool_spec(t) for t in TOOLS]

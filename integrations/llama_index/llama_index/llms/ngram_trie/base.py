@@ -26,7 +26,13 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
     MessageRole,
 )
-from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
+from llama_index.core.bridge.pydantic import (
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+)
 from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
@@ -37,10 +43,11 @@ from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
 from ngram_trie_rag.serving.openai_http import DEFAULT_TIMEOUT_S, OpenAIHTTPBackend
 from ngram_trie_rag.serving.server import DEFAULT_K
 from ngram_trie_rag.threads import run_blocking
+from ngram_trie_rag.validation import check_options, not_bool, refuse_bytes
 
 from .backends import Outcome, Place, check_call_options, check_fields, place, vllm_options
 from .drafting import DraftItem, DraftSource, drafting_from, resolve_draft_source
-from .function_calling import TOOL_REPLY, ToolCalling, refuse_on_vllm
+from .function_calling import TOOL_REPLY, ToolCalling
 from .streams import acollect, adeltas, collect, deltas
 from .structured import StructuredOutput
 from .tools import reply_message, streamed_content, template_messages
@@ -53,7 +60,8 @@ Wrap = Callable[[str, str | None, Outcome | None, DraftSource], R]
 
 # Per-call options a caller may pass as keyword arguments; anything else LlamaIndex passes
 # along (e.g. ``formatted``) is not a generation option and is ignored. ``grammar``: an
-# ``ngram_trie_rag.grammar.Grammar`` the answer must match (local engine only).
+# ``ngram_trie_rag.grammar.Grammar`` the answer must match (vLLM gets it as its
+# structured outputs).
 _OPTIONS = ("max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed",
             "num_draft", "method", "grammar")
 
@@ -160,6 +168,13 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM)
         # Attach the span tracker now: a query's spans must be followed from their start.
         get_tracker()
 
+    @field_validator("n", "prefix_len", "num_draft", "max_new_tokens", "temperature", "top_p",
+                     "top_k", "seed", "num_speculative_tokens", "request_timeout",
+                     "context_window", mode="before")
+    @classmethod
+    def _numbers_are_not_bools(cls, value: Any, info: ValidationInfo) -> Any:
+        return not_bool(str(info.field_name), value)
+
     @classmethod
     def class_name(cls) -> str:
         return "NGramTrieLLM"
@@ -205,7 +220,7 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM)
             context_window=self.context_window or self._model_context_window(),
             num_output=self.max_new_tokens,
             is_chat_model=self._uses_chat_template(),
-            is_function_calling_model=self.runs_on == "local",  # grammars run locally only
+            is_function_calling_model=True,  # tool calls decode under a grammar anywhere
             model_name=self.model_name or self._default_name(),
         )
 
@@ -267,9 +282,9 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM)
         if kwargs.get("max_tokens") is not None:  # the usual LlamaIndex spelling
             options["max_new_tokens"] = kwargs["max_tokens"]
         check_call_options(self.runs_on, kwargs)
-        if kwargs.get("grammar") is not None:
-            refuse_on_vllm(self.runs_on, "grammar=")
         options.update({k: kwargs[k] for k in _OPTIONS if kwargs.get(k) is not None})
+        check_options(**{k: v for k, v in options.items() if k != "grammar"})
+        refuse_bytes(kwargs.get("documents"))
         return _Request(prompt, resolve_draft_source(kwargs.get("documents")), options,
                         tool_reply=bool(kwargs.get(TOOL_REPLY)))
 

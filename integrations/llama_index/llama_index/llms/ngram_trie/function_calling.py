@@ -26,15 +26,6 @@ if TYPE_CHECKING:
 TOOL_REPLY = "tool_reply"
 
 
-def refuse_on_vllm(where: str, what: str) -> None:
-    """Grammars are not sent to vLLM yet: refuse rather than silently drop them."""
-    if where != "local":
-        raise NotImplementedError(
-            f"{what} needs grammar-constrained decoding, which runs on the local engine "
-            f"only (backend='local'), not on {where!r} yet; on vLLM use a ReActAgent "
-            "(text-based tool use) or pydantic_program_mode=PydanticProgramMode.LLM")
-
-
 class ToolCalling:
     """Mixed into ``NGramTrieLLM`` (which provides ``runs_on`` and ``chat``)."""
 
@@ -50,7 +41,6 @@ class ToolCalling:
     ) -> dict[str, Any]:
         """``chat`` arguments: the tools described in the system message, the reply's
         grammar, and ``tool_choice`` ("auto", "required", "none" or a tool name)."""
-        refuse_on_vllm(self.runs_on, "tool calling")  # type: ignore[attr-defined]
         messages = list(chat_history or [])
         if isinstance(user_msg, str):
             user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)

@@ -62,12 +62,6 @@ class StructuredOutput:
                          llm_kwargs: dict[str, Any] | None,
                          prompt_args: dict[str, Any]) -> tuple[list[ChatMessage], dict]:
         """(messages, chat keyword arguments) of a structured call."""
-        if self.runs_on != "local":  # type: ignore[attr-defined]
-            raise NotImplementedError(
-                "structured output under a JSON-schema grammar runs on the local engine "
-                "only (backend='local'); on vLLM set "
-                "pydantic_program_mode=PydanticProgramMode.LLM to prompt for the JSON and "
-                "parse it unconstrained")
         messages = self._get_messages(prompt, **prompt_args)  # type: ignore[attr-defined]
         kwargs = {**(llm_kwargs or {}), "grammar": Grammar.json_schema(output_cls)}
         return schema_messages(messages, output_cls), kwargs

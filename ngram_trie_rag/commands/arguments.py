@@ -1,0 +1,49 @@
+"""argparse types for numbers with a range, so a bad number is a usage error up front.
+
+``type=int`` takes ``--k -3`` or ``--max-new-tokens 0`` and leaves the handler to fail on
+them later, sometimes after minutes of indexing or model loading; these refuse them while
+the command line is parsed, in argparse's one line naming the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def byte_size(text: str) -> int:
+    """``"500000"``, ``"20M"``, ``"1.5GB"`` -> bytes (powers of 1024), at least 1."""
+    match = _SIZE.fullmatch(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected a size such as 500000, 20M or 1G, "
+                                         f"got {text!r}")
+    value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
