@@ -32,6 +32,7 @@ from .engine import KV, Engine, engine_for
 from .engine.latency import LatencyCurve
 from .grammar import Constraint, Grammar, compiler_for
 from .inputs import Document, Prompt, encode_documents, encode_prompt
+from .repetition import RepetitionStop, check_repetition_stop
 from .result import FinishReason, GenerationResult, GenerationStats
 from .sampling import SamplingParams, accept, choose
 from .stream import GenerationStream, Step
@@ -52,6 +53,7 @@ class _Request:
     stats: GenerationStats
     kv: KV | None = None
     constraint: Constraint | None = None  # the grammar the answer must match, if any
+    repeats: RepetitionStop | None = None  # ends the answer once it repeats itself
     last: int = -1  # the newest committed token (not in the cache yet)
     produced: int = 0
     finish: FinishReason | None = None
@@ -143,7 +145,8 @@ class SpeculativeGenerator:
                max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                top_k: int = 0, stop: Sequence[str] | str | None = None,
                seed: int | None = None, num_draft: int | None = None,
-               method: str | None = None, grammar: Grammar | None = None) -> GenerationStream:
+               method: str | None = None, grammar: Grammar | None = None,
+               repetition_stop: int | None = None) -> GenerationStream:
         """Text deltas as they are verified; ``.result`` once exhausted.
 
         Args:
@@ -160,9 +163,14 @@ class SpeculativeGenerator:
             grammar: a :class:`~ngram_trie_rag.grammar.Grammar` the answer must match
                 (JSON schema, JSON, regex, EBNF): constrained decoding, exact under
                 speculation (each tree node masked by its own grammar state).
+            repetition_stop: an n-gram length n >= 2: the answer ends (finish reason
+                ``repetition``) just before the first n-gram that already occurred in
+                it; the tokens are a prefix of what plain decoding makes. The stream
+                holds the newest n - 1 tokens back, since a cut may still remove them.
         """
         check_options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                       top_k=top_k, stop=stop, seed=seed, num_draft=num_draft, method=method)
+        repeat_n = check_repetition_stop(repetition_stop)
         check_prompt(prompt)
         documents = check_documents(documents, vocab_size(self.model))
         method = check_method(method or self.config.method)
@@ -188,7 +196,8 @@ class SpeculativeGenerator:
             rng.manual_seed(seed if seed is not None else torch.seed())
         request = _Request(drafter, params, rng,
                            min(max_new_tokens, self.context_window - len(ids)), stats,
-                           constraint=constraint)
+                           constraint=constraint,
+                           repeats=RepetitionStop(repeat_n) if repeat_n else None)
         return GenerationStream(self.engine.lock, self.tokenizer, len(ids),
                                 self._steps(request, ids), TextStream(self.tokenizer, stops))
 
@@ -269,6 +278,8 @@ class SpeculativeGenerator:
             finish = "eos"
         if finish is None and req.produced >= req.limit:
             finish = "length"
+        if req.repeats is not None:  # only tokens no later cut can remove leave
+            tokens, finish = req.repeats.emit(tokens, finish, req.stats)
         req.finish = finish
         req.stats.decode_s = time.perf_counter() - req.decode_start
         return tokens, finish, req.stats

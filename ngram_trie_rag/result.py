@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-FinishReason = Literal["stop", "length", "eos"]
+FinishReason = Literal["stop", "length", "eos", "repetition"]
 
 
 @dataclass

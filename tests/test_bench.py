@@ -21,6 +21,7 @@ from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench import (
     METHODS,
     BenchConfig,
+    BenchItem,
     DataFormatError,
     SweepConfig,
     bench_table,
@@ -35,9 +36,11 @@ from ngram_trie_rag.bench.cli import add_parser, bench_config, main, sweep_confi
 from ngram_trie_rag.bench.config import normalise_methods
 from ngram_trie_rag.bench.data import parse_row
 from ngram_trie_rag.bench.plots import write_plots
-from ngram_trie_rag.bench.runner import encode_item, rotated
+from ngram_trie_rag.bench.quality import score
+from ngram_trie_rag.bench.runner import answer_text, encode_item, rotated
 from ngram_trie_rag.bench.sweep import replay_cell
 from ngram_trie_rag.prompts import rag_prompt
+from ngram_trie_rag.repetition import repeat_cut
 
 RAG = SHARED_DATA / "spec_bench" / "rag.jsonl"
 HAGRID = SHARED_DATA / "hagrid" / "hagrid.jsonl"
@@ -47,12 +50,12 @@ METHOD_KEYS = {
     "tokens_per_s", "decode_tokens_per_s", "speedup", "decode_speedup", "mean_accept_length",
     "accept_length_hist", "draft_time_share", "exact_match_rate", "oracle_share",
     "new_tokens", "total_s", "prefill_s", "decode_s", "steps", "prompts", "mismatched_prompts",
-    "own_oracle_share", "same_size_share",
+    "own_oracle_share", "same_size_share", "quality",
 }
 META_KEYS = {
     "model", "dtype", "threads", "torch", "transformers", "machine", "date", "command", "data",
     "rows_used", "max_new_tokens", "drafter", "hf_pld", "oracle_accept_length", "methods",
-    "warmup", "oracle_by_max_draft",
+    "warmup", "oracle_by_max_draft", "repetition_stop",
 }
 RUN_KEYS = {"new_tokens", "total_s", "prefill_s", "decode_s", "accept_lengths", "exact", "steps",
             "oracle_accept_length"}
@@ -195,10 +198,82 @@ def test_pinned_budget_methods_run_beside_the_adaptive_one(gen: SpeculativeGener
 
 
 @needs_data
+def test_answer_quality_is_scored_against_the_gold_answers(gen: SpeculativeGenerator,
+                                                           results: dict) -> None:
+    """Spec-Bench RAG rows carry ``reference`` answers: every method's own answer is
+    scored per prompt, and the summary holds the means."""
+    items = load_items(RAG, limit=2)
+    for name, m in results["methods"].items():
+        quality = m["quality"]
+        assert quality["scored"] == 2, name
+        for key in ("exact_match", "f1", "contains"):
+            assert 0.0 <= quality[key] <= 1.0, (name, key)
+        per_prompt = [p["methods"][name]["quality"] for p in results["prompts"]]
+        assert quality["f1"] == pytest.approx(sum(q["f1"] for q in per_prompt) / 2)
+    for item, p in zip(items, results["prompts"], strict=True):
+        assert p["answers"] == list(item.answers)
+        expected = score(answer_text(gen, p["reference_ids"]), item.answers)
+        assert p["methods"]["vanilla"]["quality"] == pytest.approx(expected)
+        # fp32: every answer is the reference's, so is every score
+        assert p["methods"]["trie"]["quality"] == p["methods"]["vanilla"]["quality"]
+
+
+@needs_data
+def test_repetition_stop_cuts_every_method_alike(gen: SpeculativeGenerator) -> None:
+    """Row 1 of Spec-Bench RAG loops within 64 tokens at n = 10: the Hugging Face methods
+    (a stopping criterion, then a cut) and the generator (its option) keep one prefix."""
+    from ngram_trie_rag.bench.methods import make_runners
+
+    item = load_items(RAG, limit=2)[1]
+    ids = encode_item(gen, item)
+    full = make_runners(gen, ("vanilla",), None, 10, 3)["vanilla"](ids, None, 64, 0.0)
+    cut = repeat_cut(full.token_ids, 10)
+    assert cut is not None and not full.extra["repetition_cut"]
+    runners = make_runners(gen, ("vanilla", "hf-pld", "trie", "chain@4"), None, 10, 3,
+                           repetition_stop=10)
+    for name, runner in runners.items():
+        run = runner(ids, None, 64, 0.0)
+        assert run.token_ids == full.token_ids[:cut], name
+        assert run.extra["repetition_cut"], name
+        if run.accept_lengths is not None:  # steps count the kept answer only
+            first = run.extra.get("prefill_forward_tokens", 1)
+            assert sum(run.accept_lengths) == run.new_tokens - first, name
+        if run.draft_sizes is not None:
+            assert len(run.draft_sizes) == len(run.accept_lengths), name
+
+
+def test_gold_answers_from_ctxs_rows_and_the_stop_in_the_results(
+        gen: SpeculativeGenerator, tmp_path: Path) -> None:
+    """NQ-open shaped rows (``ctxs`` + ``answers``), with the repetition stop on."""
+    path = _jsonl(tmp_path / "nq.jsonl", [
+        {"question": "What is the capital of France?", "answers": ["Paris"],
+         "ctxs": [{"title": "France", "text": "The capital of France is Paris."}]},
+        {"question": "What colour is the sky?", "answers": ["blue", "light blue"],
+         "ctxs": [{"title": "Sky", "text": "On a clear day the sky is blue."}]},
+    ])
+    cfg = BenchConfig(data=str(path), max_new_tokens=12, methods=("hf-pld", "trie"),
+                      warmup=0, repetition_stop=4, command="test_bench")
+    doc = run_benchmark(cfg, generator=gen, progress=False)
+    assert doc["meta"]["repetition_stop"] == 4
+    assert [p["answers"] for p in doc["prompts"]] == [["Paris"], ["blue", "light blue"]]
+    for name, m in doc["methods"].items():
+        assert m["quality"]["scored"] == 2 and m["exact_match_rate"] == 1.0, name
+    text = bench_table(doc)
+    assert "F1" in text and "contains" in text and "repetition stop n=4" in text
+    json.dumps(doc, allow_nan=False)
+
+
+@needs_data
 def test_table_and_plots(results: dict, tmp_path: Path) -> None:
     text = bench_table(results)
     for name in METHODS:
         assert name in text
+    assert "F1" in text and "contains" in text  # the rows had gold answers
+    unscored = {**results, "methods": {
+        name: {**m, "quality": {"exact_match": None, "f1": None, "contains": None,
+                                "scored": 0}}
+        for name, m in results["methods"].items()}}
+    assert "contains" not in bench_table(unscored)
     files = write_plots(results, tmp_path / "plots")
     assert {f.name for f in files} == {"speedup.png", "accept_lengths.png", "tokens_per_s.png"}
     for f in files:
@@ -251,6 +326,12 @@ def test_cli_bench_flags() -> None:
     assert (cfg.n, cfg.prefix_len, cfg.num_draft, cfg.warmup) == (10, 2, 16, 0)
     assert (cfg.pld_num_tokens, cfg.pld_max_ngram) == (10, 3)
     assert args.out == "r.json" and args.plot == "charts"
+    assert cfg.repetition_stop is None
+    stop = bench_config(_parser().parse_args(["bench", "--data", "x.jsonl", "--out", "r.json",
+                                              "--repetition-stop", "8"]))
+    assert stop.repetition_stop == 8
+    with pytest.raises(ValueError, match="repetition_stop"):
+        BenchConfig(data="x", repetition_stop=1)
 
 
 def test_background_load_spins_beside_the_block_and_stops_after() -> None:
@@ -341,6 +422,8 @@ def test_load_spec_bench() -> None:
     assert items[0].text == first["turns"][0]
     assert items[0].documents is None and items[0].shape == "spec_bench"
     assert items[0].id == str(first["question_id"])
+    # gold answers: ``reference`` is a list of lists of strings, flattened
+    assert items[0].answers == tuple(a for group in first["reference"] for a in group)
 
 
 @pytest.mark.skipif(not HAGRID.is_file(), reason="HAGRID data not found")
@@ -372,6 +455,22 @@ def test_load_ctxs_question_gzip(tmp_path: Path) -> None:
                             "ctxs": [{"title": "T", "text": "Body text."}]}) + "\n")
     (item,) = load_items(path)
     assert item.documents == ["T\nBody text."] and item.shape == "ctxs"
+    assert item.answers == ("x",)
+
+
+def test_gold_answers_are_optional_and_checked() -> None:
+    assert parse_row({"turns": ["hi"]}).answers is None
+    assert BenchItem("1", "hi", None, "spec_bench").answers is None  # the old signature
+    summary = parse_row({"turns": ["hi"], "reference": ["A summary."]})
+    assert summary.answers == ("A summary.",)  # a list of strings, as in summarization
+    nested = parse_row({"turns": ["hi"], "reference": [["a", "b"], ["c"]]})
+    assert nested.answers == ("a", "b", "c")
+    row = {"docs": ["d"], "query": "q"}
+    for bad, message in (("Paris", "must be a list"), ([], "holds no answer"),
+                         ([""], r"answers\[0\] must be a non-empty string"),
+                         ([["a", 3]], r"answers\[0\]\[1\] must be a non-empty string")):
+        with pytest.raises(DataFormatError, match=message):
+            parse_row({**row, "answers": bad})
 
 
 def test_unknown_shape_names_the_expected_fields(tmp_path: Path) -> None:

@@ -81,6 +81,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="a structured task: every method decodes under this grammar "
                             "(cited-json: answer + quote; json; or a JSON-schema file), "
                             "compared with constrained plain greedy")
+    bench.add_argument("--repetition-stop", type=int, default=None, metavar="N",
+                       help="every method ends its answer just before the first n-gram "
+                            "(N tokens, N >= 2) that already occurred in it: loops are cut "
+                            "alike for all methods (default: off)")
     bench.add_argument("--out", required=True, metavar="results.json")
     bench.add_argument("--plot", default=None, metavar="DIR", help="also write PNG charts here")
     bench.set_defaults(func=cmd_bench)
@@ -128,7 +132,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
     return BenchConfig(**_common(args), methods=methods, n=args.n,
                        prefix_len=args.prefix_len, num_draft=args.num_draft,
                        pld_num_tokens=args.pld_num_tokens, pld_max_ngram=args.pld_max_ngram,
-                       grammar=args.grammar)
+                       grammar=args.grammar, repetition_stop=args.repetition_stop)
 
 
 def sweep_config(args: argparse.Namespace) -> SweepConfig:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..repetition import check_repetition_stop
+
 #: Every method the harness knows. ``vanilla`` is the reference for speed and exactness;
 #: ``plain`` is this library's engine with drafting off, so that a speed-up splits into
 #: what the engine's forwards gain and what speculation gains.
@@ -62,6 +64,7 @@ class BenchConfig(RunConfig):
     pld_num_tokens: int = 10  # prompt_lookup_num_tokens of hf-pld
     pld_max_ngram: int = 3  # max_matching_ngram_size of hf-pld
     grammar: str | None = None  # a preset (bench.grammars) or a JSON-schema file
+    repetition_stop: int | None = None  # n: every method ends at its first repeated n-gram
 
     @property
     def reference(self) -> str:
@@ -77,6 +80,7 @@ class BenchConfig(RunConfig):
                 raise ValueError(f"{bad} cannot decode under a grammar; with --grammar use "
                                  "plain, chain, trie and pinned drafters")
         _check_positive(pld_num_tokens=self.pld_num_tokens, pld_max_ngram=self.pld_max_ngram)
+        self.repetition_stop = check_repetition_stop(self.repetition_stop)
         if self.num_draft is not None:
             _check_positive(num_draft=self.num_draft)
         if self.n <= self.prefix_len or self.prefix_len < 1:

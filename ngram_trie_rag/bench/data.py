@@ -10,6 +10,10 @@ template, and the texts the drafter copies from. Two kinds of rows exist:
   built from them with :func:`ngram_trie_rag.prompts.rag_prompt`, the template the CLI,
   the demo and the integrations' examples use. Context QA fields win over ``turns``
   when a row has both, so that drafting uses the documents.
+
+Gold answers, when a row has them, let the benchmark score answer quality: ``answers``
+(a list of strings, as in NQ-open) or ``reference`` (Spec-Bench: a list of strings, or
+of lists of strings, flattened).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +47,7 @@ class BenchItem:
     text: str  # the user message
     documents: list[str] | None  # draft sources; None drafts from the prompt itself
     shape: str  # "spec_bench", "context", "docs" or "ctxs"
+    answers: tuple[str, ...] | None = None  # gold answers, to score quality; None if none
 
 
 def split_context(context: str) -> list[str]:
@@ -57,6 +62,11 @@ def parse_row(row: Any, where: str = "row", index: int = 0) -> BenchItem:
     if not isinstance(row, dict):
         raise DataFormatError(f"{where}: expected a JSON object, got {type(row).__name__}")
     rid = str(row.get("question_id", row.get("id", index)))
+    return replace(_item(row, rid, where), answers=_answers(row, where))
+
+
+def _item(row: dict, rid: str, where: str) -> BenchItem:
+    """The prompt and draft source, by the row's shape (gold answers are added apart)."""
     if "context" in row and "question" in row:
         docs = split_context(_text(row, "context", where))
         return _qa_item(rid, docs, _text(row, "question", where), "context", where)
@@ -106,6 +116,22 @@ def _rows(path: Path) -> Iterator[tuple[str, Any]]:
                 yield where, json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataFormatError(f"{where}: not valid JSON ({e.msg})") from e
+
+
+def _answers(row: dict, where: str) -> tuple[str, ...] | None:
+    """Gold answers from ``answers`` or ``reference``; nested lists are flattened."""
+    key = "answers" if "answers" in row else "reference" if "reference" in row else None
+    if key is None:
+        return None
+    golds = []
+    for i, value in enumerate(_list(row, key, where)):
+        parts = value if isinstance(value, list) else [value]
+        for j, part in enumerate(parts):
+            at = f"{where}: {key}[{i}]" + (f"[{j}]" if isinstance(value, list) else "")
+            golds.append(_as_text(part, at))
+    if not golds:
+        raise DataFormatError(f"{where}: {key!r} holds no answer")
+    return tuple(golds)
 
 
 def _qa_item(rid: str, docs: list[str], question: str, shape: str, where: str) -> BenchItem:

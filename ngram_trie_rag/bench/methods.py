@@ -17,6 +17,11 @@ first forward, the prefill, is not a step):
   Its first forward processes the prompt and may already verify a draft; that forward is
   counted as prefill, like the generator's, and its tokens are left out of the steps.
 - ``plain`` / ``chain`` / ``trie``: the generator's ``stats.accept_lengths``.
+
+With a repetition stop (``repetition_stop=n``) this library's methods take the option;
+the Hugging Face ones stop through :class:`~ngram_trie_rag.bench.stopping.RepetitionCriteria`
+and their tokens (and per-step counts) are cut at the same point, so every method
+returns the same prefix of the greedy answer.
 """
 
 from __future__ import annotations
@@ -26,13 +31,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from ..engine.kv_cache import cache_kwargs
 from ..generator import SpeculativeGenerator
 from ..grammar import Grammar
+from ..repetition import trim_steps
 from .config import pinned_budget
+from .stopping import RepetitionCriteria, cut_answer
 
 
 @dataclass
@@ -51,6 +58,7 @@ class Run:
     exact: bool | None = None  # token-exact vs the reference; set by the runner
     oracle: float | None = None  # oracle accept length of this run's own answer; runner
     same_size_bound: int | None = None  # sum of oracle.same_size_bounds; runner
+    quality: dict | None = None  # exact_match / f1 / contains vs gold answers; runner
     extra: dict = field(default_factory=dict)
 
     @property
@@ -117,46 +125,58 @@ class _StepTokens(BaseStreamer):
 
 @torch.inference_mode()
 def _hf_generate(gen: SpeculativeGenerator, prompt_ids: list[int], max_new_tokens: int,
-                 streamer: BaseStreamer | None = None, **kwargs) -> tuple[list[int], float]:
+                 streamer: BaseStreamer | None = None, repetition_stop: int | None = None,
+                 **kwargs) -> tuple[list[int], float, bool]:
+    """New tokens, seconds, and whether the repetition stop cut them."""
     model = gen.model
     ids = torch.tensor([prompt_ids], device=model.device)
+    if repetition_stop is not None:
+        kwargs["stopping_criteria"] = StoppingCriteriaList(
+            [RepetitionCriteria(repetition_stop, len(prompt_ids))])
     synchronize(model)
     start = time.perf_counter()
     out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
                          max_new_tokens=max_new_tokens, streamer=streamer, **kwargs)
     synchronize(model)
     total = time.perf_counter() - start
-    return out[0, len(prompt_ids):].tolist(), total
+    tokens, cut = cut_answer(out[0, len(prompt_ids):].tolist(), repetition_stop)
+    return tokens, total, cut
 
 
 def run_vanilla(gen: SpeculativeGenerator, prompt_ids: list[int], max_new_tokens: int,
-                prefill_s: float) -> Run:
+                prefill_s: float, repetition_stop: int | None = None) -> Run:
     """Plain greedy ``generate``: the reference output and speed."""
-    tokens, total = _hf_generate(gen, prompt_ids, max_new_tokens)
-    return Run(tokens, total, prefill_s, [1] * max(len(tokens) - 1, 0))
+    tokens, total, cut = _hf_generate(gen, prompt_ids, max_new_tokens,
+                                      repetition_stop=repetition_stop)
+    return Run(tokens, total, prefill_s, [1] * max(len(tokens) - 1, 0),
+               extra={"repetition_cut": cut})
 
 
 def run_hf_pld(gen: SpeculativeGenerator, prompt_ids: list[int], max_new_tokens: int,
-               prefill_s: float, num_tokens: int = 10, max_ngram: int = 3) -> Run:
+               prefill_s: float, num_tokens: int = 10, max_ngram: int = 3,
+               repetition_stop: int | None = None) -> Run:
     """Hugging Face prompt lookup decoding with the given settings."""
     steps = _StepTokens()
-    tokens, total = _hf_generate(gen, prompt_ids, max_new_tokens, streamer=steps,
-                                 prompt_lookup_num_tokens=num_tokens,
-                                 max_matching_ngram_size=max_ngram)
-    sizes = steps.sizes
+    tokens, total, cut = _hf_generate(gen, prompt_ids, max_new_tokens, streamer=steps,
+                                      repetition_stop=repetition_stop,
+                                      prompt_lookup_num_tokens=num_tokens,
+                                      max_matching_ngram_size=max_ngram)
+    sizes = trim_steps(steps.sizes, len(tokens)) if cut else steps.sizes
     counted = len(sizes) >= 1 and sum(sizes) == len(tokens)
-    extra = {"forward_calls": len(sizes), "prefill_forward_tokens": sizes[0] if sizes else 0}
+    extra = {"forward_calls": len(steps.sizes), "prefill_forward_tokens": sizes[0] if sizes else 0,
+             "repetition_cut": cut}
     return Run(tokens, total, prefill_s, sizes[1:] if counted else None, extra=extra)
 
 
 def run_core(gen: SpeculativeGenerator, prompt_ids: list[int], documents: list[str] | None,
              max_new_tokens: int, method: str, num_draft: int | None = None,
-             grammar: Grammar | None = None) -> Run:
+             grammar: Grammar | None = None, repetition_stop: int | None = None) -> Run:
     """This library's generator; ``num_draft=None`` keeps its own budget policy."""
     synchronize(gen.model)
     start = time.perf_counter()
     res = gen.generate(prompt_ids, documents=documents, max_new_tokens=max_new_tokens,
-                       method=method, num_draft=num_draft, grammar=grammar)
+                       method=method, num_draft=num_draft, grammar=grammar,
+                       repetition_stop=repetition_stop)
     synchronize(gen.model)
     total = time.perf_counter() - start
     s = res.stats
@@ -164,12 +184,14 @@ def run_core(gen: SpeculativeGenerator, prompt_ids: list[int], documents: list[s
                draft_s=s.draft_s, core_decode_s=s.decode_s, trie_build_s=s.trie_build_s,
                drafted=s.drafted, draft_sizes=list(s.draft_sizes),
                extra={"trie_tokens": s.trie_tokens, "draft_source": s.draft_source,
-                      "forced_tokens": s.forced_tokens})
+                      "forced_tokens": s.forced_tokens,
+                      "repetition_cut": res.finish_reason == "repetition"})
 
 
 def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int | None,
                  pld_num_tokens: int, pld_max_ngram: int,
-                 grammar: Grammar | None = None) -> dict[str, Runner]:
+                 grammar: Grammar | None = None,
+                 repetition_stop: int | None = None) -> dict[str, Runner]:
     """Name -> ``runner(prompt_ids, documents, max_new_tokens, hf_prefill_s) -> Run``.
 
     ``plain`` is the generator with no draft (every step one token): the same forwards,
@@ -179,27 +201,30 @@ def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int
     a generator keeps across calls (e.g. a learned draft budget) is never shared between
     methods, as with two separate deployments. ``trie@K`` / ``chain@K`` (see
     :func:`~ngram_trie_rag.bench.config.pinned_budget`) run the drafter with ``K``
-    nodes pinned, on a generator of their own too.
+    nodes pinned, on a generator of their own too. ``repetition_stop`` applies to
+    every method alike.
     """
     own = {m: gen.reshaped() for m in ("plain", "chain", "trie")}
-    runners = {name: _pinned_runner(gen.reshaped(), *pin, grammar) for name in names
+    r = repetition_stop
+    runners = {name: _pinned_runner(gen.reshaped(), *pin, grammar, r) for name in names
                if (pin := pinned_budget(name)) is not None}
     g = grammar  # under a grammar every core method decodes constrained
     known: dict[str, Runner] = {
-        "vanilla": lambda ids, docs, new, pre: run_vanilla(gen, ids, new, pre),
+        "vanilla": lambda ids, docs, new, pre: run_vanilla(gen, ids, new, pre, r),
         "hf-pld": lambda ids, docs, new, pre: run_hf_pld(gen, ids, new, pre, pld_num_tokens,
-                                                         pld_max_ngram),
+                                                         pld_max_ngram, r),
         "plain": lambda ids, docs, new, pre: run_core(own["plain"], ids, docs, new, "none",
-                                                      grammar=g),
+                                                      grammar=g, repetition_stop=r),
         "chain": lambda ids, docs, new, pre: run_core(own["chain"], ids, docs, new, "chain",
-                                                      num_draft, g),
+                                                      num_draft, g, r),
         "trie": lambda ids, docs, new, pre: run_core(own["trie"], ids, docs, new, "trie",
-                                                     num_draft, g),
+                                                     num_draft, g, r),
     }
     return {name: runners.get(name) or known[name] for name in names}
 
 
 def _pinned_runner(gen: SpeculativeGenerator, method: str, num_draft: int,
-                   grammar: Grammar | None = None) -> Runner:
+                   grammar: Grammar | None = None,
+                   repetition_stop: int | None = None) -> Runner:
     return lambda ids, docs, new, pre: run_core(gen, ids, docs, new, method, num_draft,
-                                                grammar)
+                                                grammar, repetition_stop)

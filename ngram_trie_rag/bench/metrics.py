@@ -18,6 +18,9 @@ Definitions (all pooled over prompts, so long answers weigh more, as in Spec-Ben
   library's drafters only): the quality of the drafter's choice of nodes, apart from
   the budget's choice of how many.
 - ``draft_time_share``: drafting time / decode time (null where it is not measured).
+- ``quality``: means of ``exact_match``, ``f1`` and ``contains`` of the method's own
+  answers against the rows' gold answers (:mod:`~ngram_trie_rag.bench.quality`), over
+  the ``scored`` prompts that have gold answers; per prompt, not pooled.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from .methods import Run
+from .quality import mean_scores
 
 
 def ratio(num: float, den: float) -> float | None:
@@ -93,6 +97,7 @@ def summarise(runs: Sequence[Run], reference: Sequence[Run],
         "trie_build_s": sum(r.trie_build_s or 0.0 for r in runs) if measured else None,
         "exact_match_rate": ratio(sum(exact), len(exact)),
         "mismatched_prompts": [i for i, ok in enumerate(exact) if not ok],
+        "quality": mean_scores(r.quality for r in runs),
     }
 
 

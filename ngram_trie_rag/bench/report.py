@@ -37,13 +37,19 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def bench_table(results: dict) -> str:
-    """The benchmark summary: one row per method, then the run's settings."""
+    """The benchmark summary: one row per method, then the run's settings. Answer
+    quality (mean token F1 and share of answers containing a gold answer) gets columns
+    when the rows had gold answers."""
     meta = results["meta"]
     header = ["method", "tok/s", "decode tok/s", "speedup", "decode speedup", "accept len",
               "of oracle", "of own oracle", "nodes/step", "of same-size", "draft time",
               "exact"]
+    scored = any((m.get("quality") or {}).get("scored") for m in results["methods"].values())
+    if scored:
+        header += ["F1", "contains"]
     rows = []
     for name, m in results["methods"].items():
+        quality = m.get("quality") or {}
         rows.append([
             name, fmt(m["tokens_per_s"], ".1f"), fmt(m["decode_tokens_per_s"], ".1f"),
             fmt(m["speedup"], ".2f", "x"), fmt(m["decode_speedup"], ".2f", "x"),
@@ -53,6 +59,8 @@ def bench_table(results: dict) -> str:
             fmt(_pct(m.get("same_size_share")), ".0f", "%"),
             fmt(_pct(m["draft_time_share"]), ".1f", "%"),
             f"{round(m['exact_match_rate'] * m['prompts'])}/{m['prompts']}",
+            *([fmt(quality.get("f1"), ".2f"), fmt(_pct(quality.get("contains")), ".0f", "%")]
+              if scored else []),
         ])
     d = meta["drafter"]
     footer = (
@@ -61,6 +69,9 @@ def bench_table(results: dict) -> str:
         f"{meta['model']} {meta['dtype']} on {meta['device']}, {_threads(meta['threads'])} | "
         f"n={d['n']} L_p={d['prefix_len']} num_draft={_budget(d)}"
     )
+    if meta.get("repetition_stop"):
+        footer += (f"\nrepetition stop n={meta['repetition_stop']}: every method's answer "
+                   "ends before its first repeated n-gram")
     if meta.get("background_load"):
         footer += (f"\nbusy host: {meta['background_load']} CPU-spinning process(es) ran "
                    "beside the whole run")

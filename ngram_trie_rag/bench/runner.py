@@ -9,7 +9,9 @@ the answers of different methods can differ, and each method's accepted length i
 counted on its own answer). For this library's drafters it also computes, step by
 step, what the best copy could have accepted with the same number of draft nodes
 (:func:`~ngram_trie_rag.drafting.oracle.same_size_bounds`): how well the nodes were chosen,
-apart from how many.
+apart from how many. Where a row has gold answers, every method's own answer text is
+scored against them (:mod:`~ngram_trie_rag.bench.quality`), so that a speed-up bought
+with degenerate text shows.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .grammars import bench_grammar
 from .meta import command_line, environment
 from .methods import Run, make_runners, measure_prefill
 from .metrics import pooled_oracle, summarise
+from .quality import score
 
 WARMUP_TOKENS = 8
 #: Draft sizes K at which the oracle is also reported with at most K draft tokens per
@@ -60,6 +63,11 @@ def rotated(names: Sequence[str], i: int) -> list[str]:
     return [*names[k:], *names[:k]]
 
 
+def answer_text(gen: SpeculativeGenerator, token_ids: list[int]) -> str:
+    """An answer's text as a user reads it (special tokens such as EOS left out)."""
+    return gen.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
 def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = None,
                   progress: bool = True) -> dict:
     """Run ``cfg`` and return the ``results.json`` document.
@@ -79,7 +87,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
     gen = load_generator(cfg, generator, **draft)
     prompts = [encode_item(gen, it) for it in items]
     runners = make_runners(gen, cfg.methods, cfg.num_draft, cfg.pld_num_tokens,
-                           cfg.pld_max_ngram, grammar)
+                           cfg.pld_max_ngram, grammar, cfg.repetition_stop)
 
     for _ in range(cfg.warmup):  # first-call costs (allocations, thread pools), not recorded
         for fn in runners.values():
@@ -102,6 +110,8 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
             if run.draft_sizes is not None and run.accept_lengths is not None:
                 run.same_size_bound = sum(same_size_bounds(ids, run.token_ids,
                                                            run.accept_lengths, run.draft_sizes))
+            if item.answers:
+                run.quality = score(answer_text(gen, run.token_ids), item.answers)
         for name in cfg.methods:
             runs[name].append(done[name])
         capped = {k: oracle_accept_length(ids, reference, k) for k in ORACLE_MAX_DRAFT}
@@ -122,6 +132,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         "methods": list(cfg.methods),
         "reference": reference_method,
         "grammar": cfg.grammar,
+        "repetition_stop": cfg.repetition_stop,
         "warmup": cfg.warmup,
         "background_load": cfg.background_load,  # processes spinning beside the run
         "drafter": {"n": cfg.n, "prefix_len": cfg.prefix_len, "num_draft": cfg.num_draft,
@@ -143,6 +154,7 @@ def _record(i: int, item: BenchItem, ids: list[int], hf_prefill: float, oracle: 
         "index": i,
         "id": item.id,
         "shape": item.shape,
+        "answers": list(item.answers) if item.answers is not None else None,
         "prompt_tokens": len(ids),
         "documents": len(item.documents) if item.documents is not None else None,
         "hf_prefill_s": hf_prefill,

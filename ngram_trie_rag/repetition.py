@@ -1,0 +1,110 @@
+"""The repetition stop: end an answer once it starts repeating itself.
+
+Small models loop ("X is Y. X is Y. X is Y." up to the token limit). With a window
+``n`` the answer ends just before the first n-gram that already occurred, wholly before
+it, earlier in the answer. The rule looks only at the tokens, so it applies the same way
+to any decoder's output: the kept answer is a **prefix** of what plain greedy decoding
+makes, and speculative output stays exact against a reference cut by the same rule.
+
+Streaming must never hand out a token that a later cut removes. A cut found at position
+``t`` keeps ``tokens[: t - n + 1]``, so once every position below ``P`` has been checked
+without a cut, tokens before ``P - (n - 1)`` are final: :class:`RepetitionStop` releases
+those and holds the last ``n - 1`` back until the answer ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .result import FinishReason, GenerationStats
+from .validation import integer
+
+NGram = tuple[int, ...]
+
+
+def repeat_cut(tokens: Sequence[int], n: int, start: int = 0,
+               seen: dict[NGram, int] | None = None) -> int | None:
+    """Where to cut ``tokens`` so that no n-gram in it repeats, or ``None``.
+
+    Scanning positions ``t = start, start + 1, ...`` in order, the first ``t`` whose
+    n-gram ``tokens[t - n + 1 : t + 1]`` occurred earlier wholly before it (ending at some
+    ``t' <= t - n``) gives the cut ``t - n + 1``: keep ``tokens[:cut]``, everything before
+    the repeated n-gram began. Overlapping occurrences (a run like ``7 7 7`` for ``n=2``)
+    do not count until one lies wholly before the other.
+
+    Example, ``n = 3``::
+
+        tokens  5 1 2 3 9 1 2 3 1 2 3
+        index   0 1 2 3 4 5 6 7 8 9 10
+
+    ``1 2 3`` ends at 3 and again at 7 (``7 - 3 = 4 >= 3``): the cut is ``7 - 3 + 1 = 5``
+    and the answer keeps ``5 1 2 3 9``.
+
+    ``seen`` (n-gram -> the position its first occurrence ends at) makes repeated calls
+    cost only the new positions: pass the same dict each time with ``start`` = the first
+    position not scanned yet. Without it, the n-grams ending before ``start`` are indexed
+    (not checked) first.
+    """
+    if seen is None:
+        seen = {}
+        for t in range(n - 1, min(start, len(tokens))):
+            seen.setdefault(tuple(tokens[t - n + 1 : t + 1]), t)
+    for t in range(max(start, n - 1), len(tokens)):
+        gram = tuple(tokens[t - n + 1 : t + 1])
+        first = seen.setdefault(gram, t)
+        if first <= t - n:
+            return t - n + 1
+    return None
+
+
+def check_repetition_stop(value: object) -> int | None:
+    """``None`` (off) or an n-gram length of at least 2: one repeated token is often
+    legitimate ("1 1"), and a bool is never what a caller meant."""
+    if value is None:
+        return None
+    return integer("repetition_stop", value, low=2)
+
+
+def trim_steps(sizes: Sequence[int], total: int) -> list[int]:
+    """Per-step token counts cut back to add up to at most ``total``: the steps that made
+    only tokens past a cut go, the step the cut falls in keeps its share. So the counts
+    describe the answer that is returned, as they do without a cut."""
+    out: list[int] = []
+    left = total
+    for size in sizes:
+        if left <= 0:
+            break
+        out.append(min(size, left))
+        left -= out[-1]
+    return out
+
+
+class RepetitionStop:
+    """One request's repetition check, fed the tokens of every decode step in order.
+
+    It keeps the answer so far and the first end position of every n-gram, so each step
+    costs only its new tokens, and releases only tokens no later cut can remove.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.tokens: list[int] = []
+        self.released = 0  # tokens handed out so far
+        self._seen: dict[NGram, int] = {}
+
+    def emit(self, tokens: Sequence[int], finish: FinishReason | None,
+             stats: GenerationStats) -> tuple[list[int], FinishReason | None]:
+        """Add a step's tokens; return what may leave now and the finish reason
+        (``"repetition"`` on a cut, whose stats are trimmed to the kept answer)."""
+        start = len(self.tokens)
+        self.tokens.extend(tokens)
+        cut = repeat_cut(self.tokens, self.n, start, self._seen)
+        if cut is not None:
+            del self.tokens[cut:]
+            finish = "repetition"
+            stats.accept_lengths[:] = trim_steps(stats.accept_lengths, cut - 1)
+            del stats.draft_sizes[len(stats.accept_lengths):]
+        end = len(self.tokens) if finish is not None else len(self.tokens) - (self.n - 1)
+        out = self.tokens[self.released : max(end, self.released)]
+        self.released += len(out)
+        return out, finish
