@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .lazy import lazy_exports
 
 _EXPORTS = {
+    "AnswerStore": ".drafting",
     "DraftConfig": ".drafting",
     "DraftTree": ".drafting",
     "Drafter": ".drafting",
@@ -26,7 +27,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from .drafting import DraftConfig, Drafter, DraftTree, NGramTrie
+    from .drafting import AnswerStore, DraftConfig, Drafter, DraftTree, NGramTrie
     from .generator import SpeculativeGenerator
     from .loading import ModelNotFoundError, load_model
     from .result import GenerationResult, GenerationStats
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from .stream import GenerationStream
 
 __all__ = [
+    "AnswerStore",
     "DraftConfig",
     "DraftTree",
     "Drafter",

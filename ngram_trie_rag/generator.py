@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from .drafting import DraftBudget, DraftConfig, Drafter, DraftTree
+from .drafting import AnswerStore, DraftBudget, DraftConfig, Drafter, DraftTree
+from .drafting.answer_store import answer_tokens, check_answer_store
 from .drafting.config import check_method
 from .engine import KV, Engine, engine_for
 from .engine.latency import LatencyCurve
@@ -118,13 +119,15 @@ class SpeculativeGenerator:
         return encode_documents(self.tokenizer, documents)
 
     def drafter(self, prompt_ids: Sequence[int], documents: Sequence[Sequence[int]] | None,
-                method: str | None = None, num_draft: int | None = None) -> Drafter:
+                method: str | None = None, num_draft: int | None = None,
+                answers: Sequence[Sequence[int]] = ()) -> Drafter:
         """The drafter a call would use: over ``documents`` (token ids) or the prompt,
-        with this generator's budget unless ``num_draft`` pins the tree size."""
+        and earlier ``answers``, with this generator's budget unless ``num_draft`` pins
+        the tree size."""
         adaptive = num_draft is None and self.config.adaptive
         return Drafter.for_request(self.config, prompt_ids, documents,
                                    budget=self._draft_budget() if adaptive else None,
-                                   method=method, num_draft=num_draft)
+                                   method=method, num_draft=num_draft, answers=answers)
 
     def _draft_budget(self) -> DraftBudget:
         if self._budget is None:
@@ -146,7 +149,8 @@ class SpeculativeGenerator:
                top_k: int = 0, stop: Sequence[str] | str | None = None,
                seed: int | None = None, num_draft: int | None = None,
                method: str | None = None, grammar: Grammar | None = None,
-               repetition_stop: int | None = None) -> GenerationStream:
+               repetition_stop: int | None = None,
+               answer_store: AnswerStore | None = None) -> GenerationStream:
         """Text deltas as they are verified; ``.result`` once exhausted.
 
         Args:
@@ -167,10 +171,16 @@ class SpeculativeGenerator:
                 ``repetition``) just before the first n-gram that already occurred in
                 it; the tokens are a prefix of what plain decoding makes. The stream
                 holds the newest n - 1 tokens back, since a cut may still remove them.
+            answer_store: an :class:`~ngram_trie_rag.drafting.AnswerStore` (one per
+                index, session or chain: the store is the scope): the call also drafts
+                from the earlier answers it holds, and its own answer (EOS dropped) is
+                added once the stream finishes. Greedy output is unchanged (sampling
+                keeps its distribution); only the speed changes.
         """
         check_options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                       top_k=top_k, stop=stop, seed=seed, num_draft=num_draft, method=method)
         repeat_n = check_repetition_stop(repetition_stop)
+        store = check_answer_store(answer_store)
         check_prompt(prompt)
         documents = check_documents(documents, vocab_size(self.model))
         method = check_method(method or self.config.method)
@@ -185,11 +195,13 @@ class SpeculativeGenerator:
             constraint = compiler_for(self.tokenizer, self._vocab_size()).constraint(grammar)
         docs = self.encode_documents(documents) if documents is not None else None
         _ = self.engine.curve  # measured now, if it must be, not while the stream holds the lock
-        drafter = self.drafter(ids, docs, method, num_draft)
+        drafter = self.drafter(ids, docs, method, num_draft,
+                               answers=store.answers() if store is not None else ())
         stats = GenerationStats(method=method, trie_build_s=drafter.build_s,
                                 trie_tokens=drafter.trie.num_tokens,
                                 draft_source=drafter.source,
-                                num_documents=drafter.num_documents)
+                                num_documents=drafter.num_documents,
+                                store_answers=drafter.num_answers)
         rng = None
         if not params.greedy:
             rng = torch.Generator(device=self.model.device)
@@ -198,8 +210,11 @@ class SpeculativeGenerator:
                            min(max_new_tokens, self.context_window - len(ids)), stats,
                            constraint=constraint,
                            repeats=RepetitionStop(repeat_n) if repeat_n else None)
+        keep = None if store is None else (  # the finished answer joins its scope's store
+            lambda result: store.add(answer_tokens(result.token_ids, self.eos_token_ids)))
         return GenerationStream(self.engine.lock, self.tokenizer, len(ids),
-                                self._steps(request, ids), TextStream(self.tokenizer, stops))
+                                self._steps(request, ids), TextStream(self.tokenizer, stops),
+                                on_result=keep)
 
     # ---- the loop -------------------------------------------------------------------
     @torch.inference_mode()

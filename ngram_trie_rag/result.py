@@ -22,6 +22,7 @@ class GenerationStats:
     trie_tokens: int = 0
     draft_source: str = "prompt"  # "documents" or "prompt"
     num_documents: int = 0
+    store_answers: int = 0  # earlier answers drafted from (an AnswerStore's), 0: none
     method: str = "trie"
     last_forward_s: float = 0.0  # the latest verification forward (for the budget)
     forced_tokens: int = 0  # tokens a grammar forced (drafted with certainty)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .result import FinishReason, GenerationResult, GenerationStats
@@ -17,10 +17,13 @@ class GenerationStream:
 
     ``result`` is set once the stream is exhausted. ``close()`` (or leaving a ``with``
     block) stops generation early and releases the lock and the KV cache.
+    ``on_result`` is called once with the result of a stream that finished (not one
+    closed early), e.g. to keep the answer for later requests.
     """
 
     def __init__(self, lock: threading.Lock, tokenizer: Any, prompt_tokens: int,
-                 steps: Iterator[Step], text: TextStream) -> None:
+                 steps: Iterator[Step], text: TextStream,
+                 on_result: Callable[[GenerationResult], None] | None = None) -> None:
         self._lock = lock
         self._tokenizer = tokenizer
         self._prompt_tokens = prompt_tokens
@@ -29,6 +32,7 @@ class GenerationStream:
         self._tokens: list[int] = []
         self._locked = False
         self._done = False
+        self._on_result = on_result
         self.result: GenerationResult | None = None
 
     def __iter__(self) -> GenerationStream:
@@ -73,6 +77,8 @@ class GenerationStream:
                 self.result = GenerationResult(self._text.text, self._tokens, finish,
                                                self._prompt_tokens, stats)
                 self.close()
+                if self._on_result is not None:
+                    self._on_result(self.result)
                 return delta
             if delta:
                 return delta

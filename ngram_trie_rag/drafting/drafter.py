@@ -55,17 +55,27 @@ class Drafter:
         self._pending: tuple[DraftTree, int] | None = None  # (candidates, verified size)
         self.source = "prompt"  # what the trie was built from: "documents" or "prompt"
         self.num_documents = 0
+        self.num_answers = 0  # earlier answers (an AnswerStore's) inserted as documents
         self.build_s = 0.0  # seconds to build the trie
 
     @classmethod
     def for_request(cls, config: DraftConfig, prompt: Sequence[int],
                     documents: Sequence[Sequence[int]] | None = None, *,
                     budget: DraftBudget | None = None, method: str | None = None,
-                    num_draft: int | None = None) -> Drafter:
+                    num_draft: int | None = None,
+                    answers: Sequence[Sequence[int]] = ()) -> Drafter:
         """A drafter over ``documents`` (each its own document, the answer one more),
-        or, with none, over the prompt continued by the answer."""
+        or, with none, over the prompt continued by the answer.
+
+        ``answers`` (earlier answers of the same scope, oldest first, e.g.
+        :meth:`AnswerStore.answers`) go in first, each a document of its own: the trie
+        drops its oldest tokens first, so a full trie loses old answers before this
+        request's documents, and frequencies count the answers like any document.
+        """
         start = time.perf_counter()
         trie = NGramTrie(config.n, config.prefix_len, config.max_trie_tokens)
+        for answer in answers:
+            trie.add_document(answer)
         if documents:
             for doc in documents:
                 trie.add_document(doc)
@@ -76,6 +86,7 @@ class Drafter:
                       num_draft=num_draft or config.num_draft, budget=budget)
         drafter.source = "documents" if documents else "prompt"
         drafter.num_documents = len(documents) if documents else 0
+        drafter.num_answers = len(answers)
         drafter.build_s = time.perf_counter() - start
         return drafter
 
