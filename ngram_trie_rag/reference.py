@@ -14,15 +14,29 @@ import torch
 
 
 def greedy_reference(model: torch.nn.Module, prompt_ids: Sequence[int],
-                     max_new_tokens: int) -> list[int]:
+                     max_new_tokens: int, repetition_stop: int | None = None) -> list[int]:
     """The new tokens of ``model.generate(do_sample=False)`` after ``prompt_ids``: plain
     decoding, one token per forward, nothing drafted. The attention mask is passed so
-    that ``generate`` never guesses padding from the pad token."""
+    that ``generate`` never guesses padding from the pad token. ``repetition_stop``:
+    stopped and cut at the first repeated n-gram, as the generator's option does."""
     ids = torch.tensor([list(prompt_ids)], device=model.device)
+    options = {}
+    if repetition_stop is not None:
+        from transformers import StoppingCriteriaList
+
+        from .bench.stopping import RepetitionCriteria
+
+        options["stopping_criteria"] = StoppingCriteriaList(
+            [RepetitionCriteria(repetition_stop, ids.shape[1])])
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                             do_sample=False, max_new_tokens=max_new_tokens)
-    return out[0, ids.shape[1]:].tolist()
+                             do_sample=False, max_new_tokens=max_new_tokens, **options)
+    tokens = out[0, ids.shape[1]:].tolist()
+    if repetition_stop is None:
+        return tokens
+    from .bench.stopping import cut_answer
+
+    return cut_answer(tokens, repetition_stop)[0]
 
 
 DATA_ENV = "NGRAM_TRIE_RAG_DATA"

@@ -79,26 +79,38 @@ def trim_steps(sizes: Sequence[int], total: int) -> list[int]:
     return out
 
 
-class RepetitionStop:
-    """One request's repetition check, fed the tokens of every decode step in order.
+class RepeatScan:
+    """An answer fed step by step, checked for its first repeated n-gram.
 
-    It keeps the answer so far and the first end position of every n-gram, so each step
-    costs only its new tokens, and releases only tokens no later cut can remove.
+    It keeps the answer so far and the first end position of every n-gram, so each
+    :meth:`feed` costs only the new tokens (:func:`repeat_cut` with a shared ``seen``).
     """
 
     def __init__(self, n: int) -> None:
         self.n = n
         self.tokens: list[int] = []
-        self.released = 0  # tokens handed out so far
         self._seen: dict[NGram, int] = {}
+
+    def feed(self, tokens: Sequence[int]) -> int | None:
+        """Add ``tokens``; the cut, once the answer repeats itself, else ``None``."""
+        start = len(self.tokens)
+        self.tokens.extend(tokens)
+        return repeat_cut(self.tokens, self.n, start, self._seen)
+
+
+class RepetitionStop(RepeatScan):
+    """One request's repetition check, fed the tokens of every decode step in order;
+    it releases only tokens no later cut can remove."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.released = 0  # tokens handed out so far
 
     def emit(self, tokens: Sequence[int], finish: FinishReason | None,
              stats: GenerationStats) -> tuple[list[int], FinishReason | None]:
         """Add a step's tokens; return what may leave now and the finish reason
         (``"repetition"`` on a cut, whose stats are trimmed to the kept answer)."""
-        start = len(self.tokens)
-        self.tokens.extend(tokens)
-        cut = repeat_cut(self.tokens, self.n, start, self._seen)
+        cut = self.feed(tokens)
         if cut is not None:
             del self.tokens[cut:]
             finish = "repetition"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from transformers import StoppingCriteria
 
-from ..repetition import NGram, repeat_cut
+from ..repetition import RepeatScan, repeat_cut
 
 
 class RepetitionCriteria(StoppingCriteria):
@@ -20,16 +20,13 @@ class RepetitionCriteria(StoppingCriteria):
     answer. Only the tokens added since the last call are scanned."""
 
     def __init__(self, n: int, prompt_tokens: int) -> None:
-        self.n = n
         self.prompt_tokens = prompt_tokens
-        self.tokens: list[int] = []
-        self._seen: dict[NGram, int] = {}
+        self.scan = RepeatScan(n)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None,
                  **kwargs: object) -> torch.BoolTensor:
-        start = len(self.tokens)
-        self.tokens.extend(input_ids[0, self.prompt_tokens + start:].tolist())
-        found = repeat_cut(self.tokens, self.n, start, self._seen) is not None
+        seen = self.prompt_tokens + len(self.scan.tokens)
+        found = self.scan.feed(input_ids[0, seen:].tolist()) is not None
         return torch.full((input_ids.shape[0],), found, dtype=torch.bool,
                           device=input_ids.device)
 

@@ -31,26 +31,11 @@ def sample_docs_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "sample_docs"
 
 
-def _generate(model, ids: list[int], max_new_tokens: int, n: int) -> list[int]:
-    """``model.generate(do_sample=False)`` under the same repetition stop."""
-    import torch
-    from transformers import StoppingCriteriaList
-
-    from ..bench.stopping import RepetitionCriteria, cut_answer
-
-    prompt = torch.tensor([ids], device=model.device)
-    with torch.inference_mode():
-        out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
-                             do_sample=False, max_new_tokens=max_new_tokens,
-                             stopping_criteria=StoppingCriteriaList(
-                                 [RepetitionCriteria(n, len(ids))]))
-    return cut_answer(out[0, len(ids):].tolist(), n)[0]
-
-
 def run_demo(question: str = DEFAULT_QUESTION, max_new_tokens: int = 128,
              dtype: str | None = None, top_n: int = TOP_N) -> int:
     from ..generator import SpeculativeGenerator
     from ..prompts import rag_messages
+    from ..reference import greedy_reference
     from ..retrieval import Retriever
 
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
@@ -65,12 +50,12 @@ def run_demo(question: str = DEFAULT_QUESTION, max_new_tokens: int = 128,
     n = REPETITION_STOP
 
     # Warm up every path once so none pays one-off costs in the timed runs.
-    _generate(gen.model, ids, 4, n)
+    greedy_reference(gen.model, ids, 4, repetition_stop=n)
     for method in METHODS:
         gen.generate(messages, docs, max_new_tokens=4, method=method)
 
     start = time.perf_counter()
-    reference = _generate(gen.model, ids, max_new_tokens, n)
+    reference = greedy_reference(gen.model, ids, max_new_tokens, repetition_stop=n)
     generate_s = time.perf_counter() - start
     results = {}
     for method in METHODS:
