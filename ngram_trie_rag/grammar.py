@@ -169,11 +169,10 @@ class Constraint:
         """:meth:`masks` packed: (1 + N, ceil(V / 32)) int32, bit ``t % 32`` of word
         ``t // 32`` set when token ``t`` is allowed (banned tokens not yet cleared)."""
         n = len(tree)
+        if n == 0:
+            return self._fill(self.matcher)
         bitmask = self._xgr.allocate_token_bitmask(1 + n, self.vocab_size)
         bitmask.zero_()
-        if n == 0:
-            self.matcher.fill_next_token_bitmask(bitmask, 0)
-            return bitmask
         first, sibling = _retrieve_arrays(tree)
         tokens = torch.cat([torch.tensor([last]), torch.as_tensor(tree.tokens)]).long()
         self.matcher.traverse_draft_tree(first, sibling, tokens, bitmask)
@@ -196,9 +195,9 @@ class Constraint:
         if not bad.numel():
             return logits
         allowed = self._unpack(bitmask[bad]).to(logits.device)  # (B, V)
+        bad = bad.to(logits.device)
         logits = logits.clone()
-        logits[bad.to(logits.device)] = logits[bad.to(logits.device)].masked_fill(
-            ~allowed, float("-inf"))
+        logits[bad] = logits[bad].masked_fill(~allowed, float("-inf"))
         return logits
 
     def _allows(self, bitmask: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -210,12 +209,16 @@ class Constraint:
             allowed &= ~torch.isin(tokens, self._banned)
         return allowed
 
-    def _next(self, matcher: Any) -> torch.Tensor:
-        """(V,) bool: what ``matcher`` allows next."""
+    def _fill(self, matcher: Any) -> torch.Tensor:
+        """(1, W) int32: what ``matcher`` allows next, packed."""
         bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
         bitmask.zero_()
         matcher.fill_next_token_bitmask(bitmask, 0)
-        return self._unpack(bitmask)[0]
+        return bitmask
+
+    def _next(self, matcher: Any) -> torch.Tensor:
+        """(V,) bool: what ``matcher`` allows next."""
+        return self._unpack(self._fill(matcher))[0]
 
     def _unpack(self, bitmask: torch.Tensor) -> torch.Tensor:
         """(R, W) int32 words -> (R, V) bool, little-endian within a word, with the

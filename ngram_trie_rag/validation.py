@@ -205,10 +205,11 @@ def vocab_size(model: Any) -> int:
 
 def check_draft_config(n: Any, prefix_len: Any, num_draft: Any, method: Any, adaptive: Any,
                        max_trie_tokens: Any) -> None:
-    """Kinds of the drafting settings (``DraftConfig``); their relations are checked there."""
+    """Kinds and ranges of the drafting settings (``DraftConfig``); the relation between
+    ``n`` and ``prefix_len`` is checked there."""
     integer("n", n)
-    integer("prefix_len (L_p)", prefix_len)
-    integer("num_draft", num_draft)
+    integer("prefix_len (L_p)", prefix_len, low=1)
+    integer("num_draft", num_draft, low=1)
     integer("max_trie_tokens", max_trie_tokens, low=1)
     _method("method", method)
     if not isinstance(adaptive, bool):

@@ -28,10 +28,6 @@ class DraftConfig:
     def __post_init__(self) -> None:
         check_draft_config(self.n, self.prefix_len, self.num_draft, self.method,
                            self.adaptive, self.max_trie_tokens)
-        if self.num_draft < 1:
-            raise ValueError(f"num_draft must be >= 1, got {self.num_draft}")
-        if self.prefix_len < 1:
-            raise ValueError(f"prefix_len (L_p) must be >= 1, got {self.prefix_len}")
         if self.n <= self.prefix_len:
             raise ValueError(
                 f"n must be greater than prefix_len (L_p): n={self.n}, L_p={self.prefix_len}"
