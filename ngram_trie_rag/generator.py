@@ -248,6 +248,9 @@ class SpeculativeGenerator:
         forward_start = time.perf_counter()
         req.stats.draft_s += forward_start - start
         logits = self.engine.run(req.kv, inputs)
+        if self.engine.last_threads is not None:
+            used = req.stats.threads_used
+            used[self.engine.last_threads] = used.get(self.engine.last_threads, 0) + 1
         if allowed is not None:  # each node's row: what its own path lets follow
             logits = req.constraint.apply(logits, allowed, req.params.greedy)
         tokens, path = accept(tree, logits, req.params, req.rng)  # syncs with the device

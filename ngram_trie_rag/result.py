@@ -26,6 +26,7 @@ class GenerationStats:
     method: str = "trie"
     last_forward_s: float = 0.0  # the latest verification forward (for the budget)
     forced_tokens: int = 0  # tokens a grammar forced (drafted with certainty)
+    threads_used: dict[int, int] = field(default_factory=dict)  # CPU threads -> steps
 
     @property
     def steps(self) -> int:

@@ -185,6 +185,7 @@ def run_core(gen: SpeculativeGenerator, prompt_ids: list[int], documents: list[s
                drafted=s.drafted, draft_sizes=list(s.draft_sizes),
                extra={"trie_tokens": s.trie_tokens, "draft_source": s.draft_source,
                       "forced_tokens": s.forced_tokens,
+                      "threads_used": {str(t): n for t, n in s.threads_used.items()},
                       "repetition_cut": res.finish_reason == "repetition"})
 
 

@@ -75,6 +75,12 @@ def bench_table(results: dict) -> str:
     if meta.get("background_load"):
         footer += (f"\nbusy host: {meta['background_load']} CPU-spinning process(es) ran "
                    "beside the whole run")
+    fewer = fewer_threads_shares(results, meta.get("threads"))
+    if fewer:
+        footer += ("\nsteps the engine ran on fewer threads than given (it times its "
+                   "forwards and drops threads that only wait): "
+                   + ", ".join(f"{m} {fmt(_pct(share), '.0f', '%')}"
+                               for m, share in fewer.items()))
     capped = meta.get("oracle_by_max_draft")
     if capped:
         footer += ("\noracle with at most K draft tokens per step: "
@@ -85,6 +91,24 @@ def bench_table(results: dict) -> str:
                    "forced: " + ", ".join(f"{m} {fmt(_pct(share), '.0f', '%')}"
                                           for m, share in forced_shares(results).items()))
     return table(header, rows) + "\n" + footer
+
+
+def fewer_threads_shares(results: dict, threads: int | None) -> dict[str, float]:
+    """Per engine method, the share of its steps that ran on fewer intra-op threads
+    than the run was given; only methods where any did."""
+    out = {}
+    for name in results["methods"]:
+        counts: dict[int, int] = {}
+        for p in results["prompts"]:
+            used = (p["methods"][name].get("extra") or {}).get("threads_used") or {}
+            for t, n in used.items():
+                counts[int(t)] = counts.get(int(t), 0) + n
+        total = sum(counts.values())
+        given = threads or max(counts, default=0)
+        fewer = sum(n for t, n in counts.items() if t < given)
+        if total and fewer:
+            out[name] = fewer / total
+    return out
 
 
 def forced_shares(results: dict) -> dict[str, float]:

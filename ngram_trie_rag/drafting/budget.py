@@ -49,16 +49,7 @@ class DraftBudget:
 
     def cost(self, k: int) -> float:
         """t(1 + k), interpolated linearly between measured sizes."""
-        q = 1 + k
-        points = sorted(self.latency)
-        if q in self.latency:
-            return self.latency[q]
-        lo = max((p for p in points if p <= q), default=points[0])
-        hi = min((p for p in points if p >= q), default=points[-1])
-        if hi == lo:
-            return self.latency[lo] * q / lo
-        w = (q - lo) / (hi - lo)
-        return self.latency[lo] * (1 - w) + self.latency[hi] * w
+        return interpolated(self.latency, 1 + k)
 
     def record_latency(self, tokens: int, seconds: float) -> None:
         """Refine t(tokens) from a real step (context grows, machines get busy)."""
@@ -102,6 +93,20 @@ class DraftBudget:
         idx = tuple(b[known] for b in self._buckets(tree))
         np.add.at(self.accepted, idx, label[known])
         np.add.at(self.seen, idx, 1.0)
+
+
+def interpolated(curve: dict[int, float], q: int) -> float:
+    """``curve`` (forward size -> seconds) at ``q``: measured, linear between measured
+    sizes, in proportion below the smallest and past the largest."""
+    if q in curve:
+        return curve[q]
+    points = sorted(curve)
+    lo = max((p for p in points if p <= q), default=points[0])
+    hi = min((p for p in points if p >= q), default=points[-1])
+    if hi == lo:
+        return curve[lo] * q / lo
+    w = (q - lo) / (hi - lo)
+    return curve[lo] * (1 - w) + curve[hi] * w
 
 
 def _monotone(curve: dict[int, float]) -> dict[int, float]:

@@ -11,6 +11,7 @@ curve, and nowhere else; the decode loop sees only :meth:`prefill`, :meth:`prepa
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from .latency import LatencyCurve
 from .linear_layout import Layout
 from .rope_limits import UNLIMITED, rope_limit
 from .support import check_supported
+from .thread_governor import ThreadGovernor, intra_op_threads
 from .tree_attention import tree_inputs
 
 
@@ -87,6 +89,8 @@ class Engine:
             if linear_layout.applies(model):
                 linear_layout.install(model)
         self._curve = curve
+        self._governor: ThreadGovernor | None = None  # CPU: threads per forward
+        self.last_threads: int | None = None  # what the latest forward ran on
 
     @property
     def sliding_window(self) -> int | None:
@@ -110,7 +114,8 @@ class Engine:
     def prefill(self, ids: list[int]) -> tuple[KV, torch.Tensor]:
         """Cache the prompt: its KV and the logits (V,) after its last token."""
         kv = KV(new_cache(), len(ids), list(ids))
-        return kv, self._prefill(kv.cache, ids)[0]
+        with intra_op_threads(self._threads(probe=False)):
+            return kv, self._prefill(kv.cache, ids)[0]
 
     def _prefill(self, cache, ids: list[int]) -> torch.Tensor:
         """The model's own forward over ``ids`` into ``cache``: logits (1, V) after the
@@ -138,11 +143,38 @@ class Engine:
 
     def run(self, kv: KV, inputs: StepInputs) -> torch.Tensor:
         """Logits (Q, V) of one prepared forward; its Q keys/values join the cache."""
-        if inputs.recompute:  # the whole sequence again, into a fresh cache
-            kv.cache = new_cache()
-            return self._prefill(kv.cache, [*kv.ids, *inputs.tokens])
-        return forward(self.model, self.step, inputs.ids, inputs.positions, inputs.mask,
-                       kv.cache, inputs.layout, inputs.packed)
+        threads = self._threads()
+        self.last_threads = threads
+        with intra_op_threads(threads):
+            if inputs.recompute:  # the whole sequence again, into a fresh cache
+                kv.cache = new_cache()
+                return self._prefill(kv.cache, [*kv.ids, *inputs.tokens])
+            start = time.perf_counter()
+            logits = forward(self.model, self.step, inputs.ids, inputs.positions,
+                             inputs.mask, kv.cache, inputs.layout, inputs.packed)
+            seconds = time.perf_counter() - start  # a CPU forward has finished on return
+        if self._governor is not None and threads is not None:
+            q = inputs.ids.shape[1]
+            self._governor.observe(threads, seconds / self.curve.predict(q))
+        return logits
+
+    def _threads(self, probe: bool = True) -> int | None:
+        """The intra-op threads of the next forward on a CPU (see
+        :mod:`~ngram_trie_rag.engine.thread_governor`); ``None`` on other devices.
+        ``probe=False``: the current count, never a probe (a prefill, which is not
+        timed). The governor starts over when the process's own count changes."""
+        if self.model.device.type != "cpu":
+            return None
+        given = torch.get_num_threads()
+        if self._governor is None or self._governor.threads != given:
+            self._governor = ThreadGovernor(given)
+        return self._governor.threads_for_step() if probe else self._governor.current
+
+    @property
+    def governor(self) -> ThreadGovernor | None:
+        """The CPU thread governor, once a forward has run (``None`` before, and on
+        other devices)."""
+        return self._governor
 
     def commit(self, kv: KV, inputs: StepInputs, path: list[int]) -> None:
         """Keep the forward's rows of ``last`` and the accepted ``path`` (query rows,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..drafting.budget import interpolated
 from ..drafting.draft_tree import DraftTree
 from . import linear_layout
 from .attention_windows import AttentionWindows
@@ -60,6 +61,10 @@ class LatencyCurve:
         if q > max(self.seconds):
             return "stock"
         return self.layouts.get(max(p for p in self.seconds if p <= q), "stock")
+
+    def predict(self, q: int) -> float:
+        """Seconds for a forward of ``q`` tokens, interpolated between measured sizes."""
+        return interpolated(self.seconds, q)
 
     def packed(self, q: int, packed_gqa: bool) -> bool:
         """Whether a forward of ``q`` tokens runs packed GQA attention: every draft
