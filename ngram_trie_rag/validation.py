@@ -73,6 +73,14 @@ def real(name: str, value: Any, *, low: float | None = None, high: float | None 
     return value
 
 
+def flag(name: str, value: Any) -> bool:
+    """``value`` if it is ``True`` or ``False``; a ``TypeError`` for anything else (``1``,
+    ``"yes"``, ``None``), which a lax parser would read as a flag nobody meant to set."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {_shown(value)} ({_kind(value)})")
+    return value
+
+
 def temperature(name: str, value: Any) -> float:
     """0 (greedy) or at least ``MIN_TEMPERATURE``: a smaller positive temperature turns the
     scaled logits into inf and the probabilities into nan."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ngram_trie_rag.answer_scopes import SETTINGS as ANSWER_SETTINGS
 from ngram_trie_rag.serving.placement import (  # noqa: F401 - re-exported for the wrappers
     Place,
     foreign_fields,
@@ -25,7 +26,7 @@ from ngram_trie_rag.serving.placement import (  # noqa: F401 - re-exported for t
 
 # Fields each place alone reads (LangChain field names).
 ONLY_FOR = only_for(("generator", "device", "dtype", "n", "prefix_len", "num_draft",
-                     "draft_method"))
+                     "draft_method", *ANSWER_SETTINGS))
 LOCAL_CALL_OPTIONS = ("num_draft", "draft_method")  # per-call keywords vLLM cannot honour
 
 

@@ -4,6 +4,9 @@ Precedence: documents passed to the call (``llm.bind(documents=...)`` or a ``doc
 keyword) over documents retrieved in the enclosing chain, over none (the prompt itself is
 then the draft source). Drafting only proposes tokens that the model verifies, so the choice
 changes speed, never the answer.
+
+Documents from a retriever come with the retriever's answer scope (see ``scopes``): the
+call also drafts from that scope's earlier answers.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from langchain_core.documents import Document
 from ngram_trie_rag.inputs import unique_documents
 
 from .registry import document_registry
+from .scopes import retriever_scope
 
 DocumentOrigin = Literal["argument", "retriever", "prompt"]
 PREVIEW_CHARS = 80
@@ -66,6 +70,8 @@ class DraftDocuments:
 
     documents: list[Document] = field(default_factory=list)
     origin: DocumentOrigin = "prompt"
+    retriever_scopes: tuple[str, ...] = ()  # answer scopes of the retrievers drafted from
+    answer_scope: str | None = None  # the scope whose earlier answers are drafted from too
 
     @property
     def texts(self) -> list[str] | None:
@@ -87,8 +93,11 @@ def choose_documents(explicit: Any, run_id: UUID | None, parent_run_id: UUID | N
         docs = draftable(as_documents(explicit))
         return DraftDocuments(docs, "argument" if docs else "prompt")
     if use_retrieved:
-        found = document_registry().documents_for(run_id, parent_run_id)
-        docs = draftable(found or [])
-        if docs:
-            return DraftDocuments(docs, "retriever")
+        found = document_registry().retrieved(run_id, parent_run_id)
+        if found is not None:
+            # A retriever ran for this call: it is in the retriever's scope even when
+            # nothing draftable came back.
+            scopes = tuple(retriever_scope(name, meta) for name, meta in found.retrievers)
+            docs = draftable(found.documents)
+            return DraftDocuments(docs, "retriever" if docs else "prompt", scopes)
     return DraftDocuments()

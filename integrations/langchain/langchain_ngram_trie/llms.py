@@ -77,9 +77,11 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
     def _requests(self, prompts: list[str], stop: list[str] | None, run_manager: Any,
                   kwargs: dict[str, Any]) -> list[Request]:
         # With several prompts only the first one's run is known here (see the module
-        # docstring), so retrieved documents are used for single-prompt calls only.
-        ids = call_run_ids(run_manager) if len(prompts) == 1 else (None, None)
-        return [self._request(p, stop, kwargs, *ids) for p in prompts]
+        # docstring), so retrieved documents are used for single-prompt calls only; the
+        # scope named in the metadata is every prompt's (one config for the whole call).
+        ids = call_run_ids(run_manager)
+        return [self._request(p, stop, kwargs, *ids, retrieved=len(prompts) == 1)
+                for p in prompts]
 
     def _answers(self, requests: list[Request]) -> LLMResult:
         return self._result([self._generate_one(request) for request in requests])

@@ -62,9 +62,10 @@ def usage_metadata(answer: Answer) -> UsageMetadata:
 
 
 def speculative_stats(answer: Answer) -> dict[str, Any]:
-    """The engine's stats, plus which documents were drafted from and why those."""
+    """The engine's stats (``store_answers``: earlier answers drafted from), plus which
+    documents were drafted from and why those, and the answer scope (``None``: none)."""
     return {**answer.stats, "documents_from": answer.draft.origin,
-            "documents": answer.draft.describe()}
+            "documents": answer.draft.describe(), "answer_scope": answer.draft.answer_scope}
 
 
 def message_metadata(answer: Answer) -> dict[str, Any]:

@@ -20,6 +20,10 @@ which adds the handler to LangChain's configure hook once per process; every run
 from then on carries it. A model must exist before a chain containing it can run, so chains
 always see the handler.
 
+Answer scopes: the handler also keeps, per live run, the scope named in its metadata
+(``ngram_trie_scope``) and, per retriever run, what identifies the retriever (its run name
+and metadata), so a model call can tell which scope it belongs to (see ``scopes``).
+
 Lifetime: when a root run ends (a run whose parent this handler never saw), everything
 filed under its tree is dropped, so nothing outlives the chain call that produced it.
 
@@ -32,8 +36,9 @@ must not read as "no handler".
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -41,6 +46,19 @@ from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
 from langchain_core.documents import Document
 from langchain_core.runnables import ensure_config
 from langchain_core.tracers.context import register_configure_hook
+from ngram_trie_rag.answer_scopes import SCOPE_KEY
+
+from .scopes import LS_KEYS
+
+RetrieverInfo = tuple[str | None, dict[str, Any]]  # (run name, scope name and ls_* metadata)
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """What the retrievers above a call returned, and which retrievers they were."""
+
+    documents: list[Document]
+    retrievers: list[RetrieverInfo]  # one per retriever, in finishing order
 
 
 class RetrievedDocumentsRegistry(BaseCallbackHandler):
@@ -53,26 +71,51 @@ class RetrievedDocumentsRegistry(BaseCallbackHandler):
         self._members: dict[UUID, set[UUID]] = {}  # root -> every run of its tree
         # run -> {retriever run -> its documents}, insertion order = finishing order
         self._filed: dict[UUID, dict[UUID, list[Document]]] = {}
+        self._named: dict[UUID, Any] = {}  # run -> the scope its metadata names
+        self._retrievers: dict[UUID, RetrieverInfo] = {}  # retriever run -> who it is
+        self._open_models: dict[UUID, UUID | None] = {}  # model run -> parent, until it ends
 
     # ---- queries ------------------------------------------------------------------------
     @property
     def size(self) -> int:
         """Entries held (runs, trees and filings); 0 once every chain call has ended."""
         with self._lock:
-            return len(self._parent) + len(self._members) + len(self._filed)
+            return (len(self._parent) + len(self._members) + len(self._filed)
+                    + len(self._named) + len(self._retrievers) + len(self._open_models))
 
-    def documents_for(self, run_id: UUID | None,
-                      parent_run_id: UUID | None = None) -> list[Document] | None:
+    def retrieved(self, run_id: UUID | None,
+                  parent_run_id: UUID | None = None) -> Retrieved | None:
         """Documents filed at the nearest ancestor of ``run_id`` (itself included), or at
-        the nearest ancestor of ``parent_run_id`` when ``run_id`` is unknown. ``None``
-        when no retriever ran anywhere above this call."""
+        the nearest ancestor of ``parent_run_id`` when ``run_id`` is unknown, with the
+        retrievers that returned them. ``None`` when no retriever ran above this call."""
         with self._lock:
             start = run_id if run_id in self._parent else parent_run_id
             for node in self._ancestors(start):
                 filed = self._filed.get(node)
                 if filed:
-                    return [doc for docs in filed.values() for doc in docs]
+                    return Retrieved([doc for docs in filed.values() for doc in docs],
+                                     [self._retrievers.get(r, (None, {})) for r in filed])
             return None
+
+    def documents_for(self, run_id: UUID | None,
+                      parent_run_id: UUID | None = None) -> list[Document] | None:
+        """The documents of :meth:`retrieved`."""
+        found = self.retrieved(run_id, parent_run_id)
+        return found.documents if found is not None else None
+
+    def scope_names(self, run_id: UUID | None, parent_run_id: UUID | None = None) -> list[Any]:
+        """The scope named in the call's metadata (``None``: none), one entry per run that
+        may be the call's own: its run when known; else the model runs open under
+        ``parent_run_id`` (``BaseChatModel.stream`` hands the model no run manager, and
+        the model run's metadata, unlike the parent's, includes ``with_config`` on the
+        model); else the parent itself. Several entries must agree to be trusted."""
+        with self._lock:
+            if run_id in self._parent:
+                starts: list[UUID | None] = [run_id]
+            else:
+                starts = [run for run, parent in self._open_models.items()
+                          if parent == parent_run_id] or [parent_run_id]
+            return [self._name_above(start) for start in starts]
 
     # ---- bookkeeping --------------------------------------------------------------------
     def _ancestors(self, run_id: UUID | None) -> Iterator[UUID]:
@@ -81,10 +124,19 @@ class RetrievedDocumentsRegistry(BaseCallbackHandler):
             yield node
             node = self._parent[node]
 
-    def _link(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+    def _name_above(self, run_id: UUID | None) -> Any:
+        for node in self._ancestors(run_id):
+            if node in self._named:
+                return self._named[node]
+        return None
+
+    def _link(self, run_id: UUID, parent_run_id: UUID | None,
+              metadata: Mapping[str, Any] | None = None) -> None:
         with self._lock:
             if run_id in self._parent:
                 return
+            if metadata and metadata.get(SCOPE_KEY) is not None:
+                self._named[run_id] = metadata[SCOPE_KEY]  # checked when a model reads it
             known = parent_run_id is not None and parent_run_id in self._parent
             parent = parent_run_id if known else None
             root = self._root[parent] if parent is not None else run_id
@@ -102,6 +154,9 @@ class RetrievedDocumentsRegistry(BaseCallbackHandler):
                 self._parent.pop(member, None)
                 self._root.pop(member, None)
                 self._filed.pop(member, None)
+                self._named.pop(member, None)
+                self._retrievers.pop(member, None)
+                self._open_models.pop(member, None)
 
     def _file(self, run_id: UUID, parent_run_id: UUID | None,
               documents: Sequence[Document]) -> None:
@@ -117,24 +172,43 @@ class RetrievedDocumentsRegistry(BaseCallbackHandler):
 
     # ---- callbacks: starts link runs, root ends clean up ------------------------------------
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID,
-                       parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        self._link(run_id, parent_run_id)
+                       parent_run_id: UUID | None = None,
+                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self._link(run_id, parent_run_id, metadata)
 
     def on_tool_start(self, serialized: Any, input_str: str, *, run_id: UUID,
-                      parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        self._link(run_id, parent_run_id)
+                      parent_run_id: UUID | None = None,
+                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self._link(run_id, parent_run_id, metadata)
 
     def on_retriever_start(self, serialized: Any, query: str, *, run_id: UUID,
-                           parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        self._link(run_id, parent_run_id)
+                           parent_run_id: UUID | None = None,
+                           metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self._link(run_id, parent_run_id, metadata)
+        known = {k: v for k, v in (metadata or {}).items() if k == SCOPE_KEY or k in LS_KEYS}
+        with self._lock:
+            self._retrievers[run_id] = (kwargs.get("name"), known)
 
     def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID,
-                            parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        self._link(run_id, parent_run_id)
+                            parent_run_id: UUID | None = None,
+                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self._model_started(run_id, parent_run_id, metadata)
 
     def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID,
-                     parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        self._link(run_id, parent_run_id)
+                     parent_run_id: UUID | None = None,
+                     metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self._model_started(run_id, parent_run_id, metadata)
+
+    def _model_started(self, run_id: UUID, parent_run_id: UUID | None,
+                       metadata: dict[str, Any] | None) -> None:
+        self._link(run_id, parent_run_id, metadata)
+        with self._lock:
+            self._open_models[run_id] = parent_run_id
+
+    def _model_ended(self, run_id: UUID) -> None:
+        with self._lock:
+            self._open_models.pop(run_id, None)
+        self._end(run_id)
 
     def on_retriever_end(self, documents: Sequence[Document], *, run_id: UUID,
                          parent_run_id: UUID | None = None, **kwargs: Any) -> None:
@@ -158,10 +232,10 @@ class RetrievedDocumentsRegistry(BaseCallbackHandler):
         self._end(run_id)
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._end(run_id)
+        self._model_ended(run_id)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        self._end(run_id)
+        self._model_ended(run_id)
 
 
 _REGISTRY = RetrievedDocumentsRegistry()

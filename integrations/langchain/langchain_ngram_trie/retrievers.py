@@ -3,6 +3,11 @@
 Passages become ``Document`` objects that keep the passage id (``Document.id``), source and
 score (metadata), so a model's ``response_metadata["speculative"]["documents"]`` names the
 exact passages it drafted from.
+
+Its metadata names an answer scope, ``ngram_trie_scope = "index:VectorIndex#1"``, after the
+index it searches, so answers drafted from this retriever's documents are kept for later
+questions to it and for no other index's (set ``metadata={"ngram_trie_scope": ...}`` to
+choose the name).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
+from ngram_trie_rag.answer_scopes import SCOPE_KEY, object_scope
 from pydantic import ConfigDict, Field
 
 # Names a wrapped retriever may use for "how many passages to return".
@@ -53,6 +59,13 @@ class NGramTrieRetriever(BaseRetriever):
     """The wrapped retriever: ``retrieve(query) -> list[Passage]``."""
     k: int | None = Field(default=None, ge=1)
     """Documents to return; ``None`` keeps the wrapped retriever's own count."""
+
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        # The index, not this wrapper, is the scope: two wrappers of one index (say with
+        # and without a reranker) answer from the same documents.
+        index = getattr(self.retriever, "index", self.retriever)
+        self.metadata = {SCOPE_KEY: f"index:{object_scope(index)}", **(self.metadata or {})}
 
     def _count_arg(self) -> str | None:
         try:

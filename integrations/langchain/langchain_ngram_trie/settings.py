@@ -4,17 +4,28 @@ Both classes turn a LangChain call into one request: resolve the options (instan
 defaults, overridden per call), pick the draft documents, then generate or stream, on the
 local ``SpeculativeGenerator`` or on vLLM (see ``backends``). Keeping that here means the two
 front ends differ only in how they build the prompt and package the answer.
+
+Locally a call also drafts from the earlier answers of its scope (``scopes``), kept in one
+``AnswerStore`` per scope (``ngram_trie_rag.answer_scopes``); the answer joins that store.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import aclosing, closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 from uuid import UUID
 
-from ngram_trie_rag import SpeculativeGenerator, shared_generator
+from ngram_trie_rag import AnswerStore, SpeculativeGenerator, shared_generator
+from ngram_trie_rag.answer_scopes import (
+    DEFAULT_MAX_SCOPES,
+    DEFAULT_TOKENS_PER_SCOPE,
+    AnswerMemory,
+    AnswerScopes,
+    check_answer_setting,
+    check_answer_settings,
+)
 from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
 from ngram_trie_rag.serving.openai_http import DEFAULT_TIMEOUT_S, OpenAIHTTPBackend
 from ngram_trie_rag.serving.server import DEFAULT_K
@@ -34,7 +45,8 @@ from pydantic import (
 from .backends import Place, check_call_options, check_fields, place, vllm_options
 from .documents import DraftDocuments, choose_documents
 from .metadata import Answer
-from .registry import install
+from .registry import document_registry, install
+from .scopes import call_scope
 
 PROVIDER = "ngram_trie"  # LangSmith provider name
 
@@ -55,6 +67,7 @@ class Request:
     prompt: Any
     draft: DraftDocuments
     options: dict[str, Any]
+    answer_store: AnswerStore | None = None  # the call's scope's earlier answers (local only)
 
 
 class NGramTrieSettings(BaseModel):
@@ -118,8 +131,21 @@ class NGramTrieSettings(BaseModel):
     use_retrieved_documents: bool = True
     """Draft from the documents retrieved in the enclosing chain (when no ``documents``
     are passed); ``False`` always drafts from the prompt."""
+    remember_answers: bool = True
+    """Keep each scope's answers and draft later answers of that scope from them: the
+    scope is the retriever a call's documents came from, or the name in
+    ``config={"metadata": {"ngram_trie_scope": ...}}``; a call with neither keeps none.
+    Greedy output is unchanged. Local engine only."""
+    answer_store: AnswerStore | None = Field(default=None, exclude=True)
+    """One ``AnswerStore`` for every call, whatever its scope: answers cross scopes (the
+    opt-in). Local engine only."""
+    max_answer_scopes: int = DEFAULT_MAX_SCOPES
+    """Scopes whose answers are kept; past it the least recently used scope is dropped."""
+    max_tokens_per_scope: int = DEFAULT_TOKENS_PER_SCOPE
+    """Tokens kept per scope; past it a scope's oldest answers are dropped first."""
 
     _vllm: Any = PrivateAttr(default=None)  # the vLLM backend, made on first use
+    _answer_memory: AnswerMemory = PrivateAttr(default_factory=AnswerMemory)
 
     @field_validator("n", "prefix_len", "num_draft", "max_tokens", "temperature", "top_p",
                      "top_k", "seed", "num_speculative_tokens", "request_timeout",
@@ -127,6 +153,17 @@ class NGramTrieSettings(BaseModel):
     @classmethod
     def _numbers_are_not_bools(cls, value: Any, info: ValidationInfo) -> Any:
         return not_bool(str(info.field_name), value)
+
+    @field_validator("remember_answers", "answer_store", "max_answer_scopes",
+                     "max_tokens_per_scope", mode="before")
+    @classmethod
+    def _check_answer_setting(cls, value: Any, info: ValidationInfo) -> Any:
+        return check_answer_setting(str(info.field_name), value)
+
+    @model_validator(mode="after")
+    def _check_answer_settings(self) -> NGramTrieSettings:
+        check_answer_settings(self.remember_answers, self.answer_store, self.model_fields_set)
+        return self
 
     @model_validator(mode="after")
     def _check_trie_shape(self) -> NGramTrieSettings:
@@ -149,6 +186,14 @@ class NGramTrieSettings(BaseModel):
         # handler here is early enough, and importing the package registers nothing.
         install()
         super().model_post_init(context)
+        self._answer_memory = AnswerMemory(self.remember_answers, self.answer_store,
+                                     AnswerScopes(self.max_answer_scopes,
+                                                  self.max_tokens_per_scope))
+
+    @property
+    def answer_scopes(self) -> AnswerScopes:
+        """The per-scope answer stores (e.g. ``forget(scope)`` once its documents change)."""
+        return self._answer_memory.scopes
 
     # ---- the generator --------------------------------------------------------------------
     def load_generator(self) -> SpeculativeGenerator:
@@ -215,8 +260,10 @@ class NGramTrieSettings(BaseModel):
 
     # ---- one call ---------------------------------------------------------------------------
     def _request(self, prompt: Any, stop: list[str] | None, kwargs: Mapping[str, Any],
-                 run_id: UUID | None, parent_run_id: UUID | None) -> Request:
-        """Options from the instance and this call's keywords, and the draft documents."""
+                 run_id: UUID | None, parent_run_id: UUID | None, *,
+                 retrieved: bool = True) -> Request:
+        """Options from the instance and this call's keywords, the draft documents (those
+        retrieved above the run unless ``retrieved`` is False) and the answer store."""
         unknown = set(kwargs) - set(CALL_OPTIONS) - IGNORED_KWARGS - {"documents"}
         if unknown:
             raise TypeError(f"unsupported keyword arguments {sorted(unknown)}; "
@@ -227,9 +274,15 @@ class NGramTrieSettings(BaseModel):
         options["stop"] = list(stop) if stop else (list(self.stop) if self.stop else None)
         check_options(OPTION_NAMES, **options)
         refuse_bytes(kwargs.get("documents"))
-        draft = choose_documents(kwargs.get("documents"), run_id, parent_run_id,
-                                 self.use_retrieved_documents)
-        return Request(prompt, draft, options)
+        ids = (run_id, parent_run_id) if retrieved else (None, None)
+        draft = choose_documents(kwargs.get("documents"), *ids, self.use_retrieved_documents)
+        if self.runs_on != "local":  # vLLM drafts with its own proposer: no answer stores
+            return Request(prompt, draft, options)
+        scope = call_scope(document_registry().scope_names(run_id, parent_run_id),
+                           draft.retriever_scopes)
+        seeded = options["temperature"] > 0 and options["seed"] is not None
+        store, reported = self._answer_memory.store_for(scope, seeded_sampling=seeded)
+        return Request(prompt, replace(draft, answer_scope=reported), options, store)
 
     def _deltas(self, request: Request) -> Iterator[tuple[str, Answer | None]]:
         """Blocking: ``(delta, None)`` for each non-empty text delta as it is verified,
@@ -239,7 +292,8 @@ class NGramTrieSettings(BaseModel):
             yield from self._vllm_deltas(request)
             return
         gen = self.load_generator()
-        with gen.stream(request.prompt, request.draft.texts, **request.options) as stream:
+        with gen.stream(request.prompt, request.draft.texts, answer_store=request.answer_store,
+                        **request.options) as stream:
             for delta in stream:
                 if delta:
                     yield delta, None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ngram_trie_rag import GenerationResult
+from ngram_trie_rag.answer_scopes import SETTINGS as ANSWER_SETTINGS
 from ngram_trie_rag.serving.openai_http import Delta
 from ngram_trie_rag.serving.placement import (  # noqa: F401 - re-exported for the wrapper
     Place,
@@ -29,7 +30,8 @@ from ngram_trie_rag.serving.placement import (  # noqa: F401 - re-exported for t
 )
 
 # Fields each place alone reads (NGramTrieLLM field names; "generator" is the init argument).
-ONLY_FOR = only_for(("generator", "device", "dtype", "n", "prefix_len", "num_draft", "method"))
+ONLY_FOR = only_for(("generator", "device", "dtype", "n", "prefix_len", "num_draft", "method",
+                     *ANSWER_SETTINGS))
 LOCAL_CALL_OPTIONS = ("num_draft", "method")  # per-call keywords vLLM cannot honour
 
 

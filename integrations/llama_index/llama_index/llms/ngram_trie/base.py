@@ -6,13 +6,17 @@ same as plain decoding (token for token when greedy). Which nodes belong to a ca
 through the instrumentation spans (``tracking``), so ``index.as_query_engine(llm=...)`` and
 the chat engines need no extra wiring. The model may also run on vLLM (a server, or an engine
 in this process; see ``backends``), the nodes travelling with each request.
+
+Locally a call also drafts from the earlier answers of its scope (the index its nodes came
+from, or a name in the instrument tags; see ``scopes``), kept in one ``AnswerStore`` per
+scope (``ngram_trie_rag.answer_scopes``); the answer joins that store.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, aclosing, closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from llama_index.core.base.llms.types import (
@@ -38,7 +42,14 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import default_completion_to_prompt
-from ngram_trie_rag import GenerationStream, SpeculativeGenerator, shared_generator
+from ngram_trie_rag import AnswerStore, GenerationStream, SpeculativeGenerator, shared_generator
+from ngram_trie_rag.answer_scopes import (
+    DEFAULT_MAX_SCOPES,
+    DEFAULT_TOKENS_PER_SCOPE,
+    AnswerMemory,
+    AnswerScopes,
+    check_answer_setting,
+)
 from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
 from ngram_trie_rag.serving.openai_http import DEFAULT_TIMEOUT_S, OpenAIHTTPBackend
 from ngram_trie_rag.serving.server import DEFAULT_K
@@ -48,6 +59,7 @@ from ngram_trie_rag.validation import check_options, not_bool, refuse_bytes
 from .backends import Outcome, Place, check_call_options, check_fields, place, vllm_options
 from .drafting import DraftItem, DraftSource, drafting_from, resolve_draft_source
 from .function_calling import TOOL_REPLY, ToolCalling
+from .scopes import call_scope
 from .streams import acollect, adeltas, collect, deltas
 from .structured import StructuredOutput
 from .tools import reply_message, streamed_content, template_messages
@@ -74,6 +86,7 @@ class _Request:
     source: DraftSource
     options: dict[str, Any]
     tool_reply: bool = False  # the answer is a tool-call reply (JSON) to be parsed
+    answer_store: AnswerStore | None = None  # the scope's earlier answers (local only)
 
 
 class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM):
@@ -154,9 +167,24 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM)
         default=None, description="Override the model's context window.")
     is_chat_model: bool | None = Field(
         default=None, description="Use the chat template; None: when the model has one.")
+    remember_answers: bool = Field(
+        default=True, description="Keep each scope's answers and draft later answers of that "
+        "scope from them: the scope is the index a call's nodes came from, or the name in "
+        "instrument_tags({'ngram_trie_scope': ...}); a call with neither keeps none. Greedy "
+        "output is unchanged. Local engine only.")
+    answer_store: AnswerStore | None = Field(
+        default=None, exclude=True, description="One AnswerStore for every call, whatever "
+        "its scope: answers cross scopes (the opt-in). Local engine only.")
+    max_answer_scopes: int = Field(
+        default=DEFAULT_MAX_SCOPES, description="Scopes whose answers are kept; past it the "
+        "least recently used scope is dropped.")
+    max_tokens_per_scope: int = Field(
+        default=DEFAULT_TOKENS_PER_SCOPE, description="Tokens kept per scope; past it a "
+        "scope's oldest answers are dropped first.")
 
     _generator: SpeculativeGenerator | None = PrivateAttr(default=None)
     _vllm: Any = PrivateAttr(default=None)  # the vLLM backend, made on first use
+    _answer_memory: AnswerMemory = PrivateAttr(default_factory=AnswerMemory)
 
     def __init__(self, generator: SpeculativeGenerator | None = None, **kwargs: Any) -> None:
         """``generator``: an already loaded ``SpeculativeGenerator`` to use instead of
@@ -165,6 +193,9 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM)
         given = set(self.model_fields_set) | ({"generator"} if generator is not None else set())
         check_fields(self.runs_on, given)  # also refuses unknown or contradicting backends
         self._generator = generator
+        self._answer_memory = AnswerMemory.from_settings(
+            self.remember_answers, self.answer_store, self.max_answer_scopes,
+            self.max_tokens_per_scope, given=given)
         # Attach the span tracker now: a query's spans must be followed from their start.
         get_tracker()
 
@@ -174,6 +205,12 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM)
     @classmethod
     def _numbers_are_not_bools(cls, value: Any, info: ValidationInfo) -> Any:
         return not_bool(str(info.field_name), value)
+
+    @field_validator("remember_answers", "answer_store", "max_answer_scopes",
+                     "max_tokens_per_scope", mode="before")
+    @classmethod
+    def _check_answer_setting(cls, value: Any, info: ValidationInfo) -> Any:
+        return check_answer_setting(str(info.field_name), value)
 
     @classmethod
     def class_name(cls) -> str:
@@ -247,6 +284,11 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM)
         tokenizer = self.vllm.tokenizer if self.runs_on == "vllm" else self.generator.tokenizer
         return bool(getattr(tokenizer, "chat_template", None))
 
+    @property
+    def answer_scopes(self) -> AnswerScopes:
+        """The per-scope answer stores (e.g. ``forget(scope)`` once its index changes)."""
+        return self._answer_memory.scopes
+
     def drafting_from(self, documents: Iterable[DraftItem]) -> AbstractContextManager[DraftSource]:
         """``with llm.drafting_from(nodes_or_texts):`` drafts every call in the block from
         them (for pipelines that hold the nodes themselves)."""
@@ -285,8 +327,14 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM)
         options.update({k: kwargs[k] for k in _OPTIONS if kwargs.get(k) is not None})
         check_options(**{k: v for k, v in options.items() if k != "grammar"})
         refuse_bytes(kwargs.get("documents"))
-        return _Request(prompt, resolve_draft_source(kwargs.get("documents")), options,
-                        tool_reply=bool(kwargs.get(TOOL_REPLY)))
+        source = resolve_draft_source(kwargs.get("documents"))
+        tool_reply = bool(kwargs.get(TOOL_REPLY))
+        if self.runs_on != "local":  # vLLM drafts with its own proposer: no answer stores
+            return _Request(prompt, source, options, tool_reply)
+        seeded = options["temperature"] > 0 and options["seed"] is not None
+        store, scope = self._answer_memory.store_for(call_scope(source.retriever_scope),
+                                               seeded_sampling=seeded)
+        return _Request(prompt, replace(source, answer_scope=scope), options, tool_reply, store)
 
     def _completion_request(self, prompt: str, formatted: bool,
                             kwargs: dict[str, Any]) -> _Request:
@@ -298,11 +346,12 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM)
     def _open(self, request: _Request) -> GenerationStream:
         """Blocking: encode the prompt and documents; generation starts on first ``next``."""
         return self.generator.stream(request.prompt, request.source.documents,
-                                     **request.options)
+                                     answer_store=request.answer_store, **request.options)
 
     def _info(self, outcome: Outcome, source: DraftSource) -> tuple[dict, dict]:
-        """(additional_kwargs, raw) of a finished call."""
-        stats = outcome.speculative
+        """(additional_kwargs, raw) of a finished call; ``speculative`` holds the engine's
+        counters (``store_answers``: earlier answers drafted from) and the answer scope."""
+        stats = {**outcome.speculative, "answer_scope": source.answer_scope}
         usage = {
             "prompt_tokens": outcome.prompt_tokens,
             "completion_tokens": outcome.completion_tokens,

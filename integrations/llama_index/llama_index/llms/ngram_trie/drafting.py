@@ -3,7 +3,8 @@ retrieved nodes of the running query, or (none of these) the prompt itself.
 
 Node texts are taken the way the response synthesizer puts them into the prompt
 (``get_content(metadata_mode=MetadataMode.LLM)``), so what the model copies from the context
-is exactly what the trie holds.
+is exactly what the trie holds. Retrieved nodes come with the answer scope of the retrievers
+that found them (see ``scopes``): the call also drafts from that scope's earlier answers.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
@@ -30,6 +31,8 @@ class DraftSource:
     origin: DraftOrigin
     texts: tuple[str, ...] = ()
     node_ids: tuple[str | None, ...] = field(default=())
+    retriever_scope: str | None = None  # answer scope of the retrievals that found them
+    answer_scope: str | None = None  # the scope whose earlier answers are drafted from too
 
     @property
     def documents(self) -> list[str] | None:
@@ -97,7 +100,8 @@ def resolve_draft_source(documents: Iterable[DraftItem] | None = None) -> DraftS
     override = _OVERRIDE.get()
     if override is not None:
         return override
-    nodes = get_tracker().current_nodes()
-    if nodes is not None:
-        return to_draft_source(nodes, "retrieved_nodes")
+    found = get_tracker().current()
+    if found is not None:  # a retriever ran for this call: it is in that retriever's scope
+        source = to_draft_source(found.nodes, "retrieved_nodes")
+        return replace(source, retriever_scope=found.scope)
     return DraftSource("prompt")

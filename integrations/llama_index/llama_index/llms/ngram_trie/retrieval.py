@@ -21,6 +21,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+from ngram_trie_rag.answer_scopes import object_scope
 
 SOURCE_KEY = "source"
 
@@ -64,6 +65,13 @@ class NGramTrieRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self._retriever = retriever
         self._retrieve_kwargs = retrieve_kwargs
+
+    @property
+    def answer_scope(self) -> str:
+        """The answer scope of its nodes: the wrapped retriever's index (two wrappers of
+        one index, say with and without a reranker, answer from the same documents)."""
+        index = getattr(self._retriever, "index", self._retriever)
+        return f"index:{object_scope(index)}"
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         passages = self._retriever.retrieve(query_bundle.query_str, **self._retrieve_kwargs)

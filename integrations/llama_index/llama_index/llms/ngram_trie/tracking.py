@@ -19,12 +19,18 @@ What is remembered:
   span, for pipelines that call the LLM without a synthesizer. A later record at the same
   span replaces the earlier one, so a postprocessor's output replaces the retriever's.
 
+Beside the nodes, the answer scope of each retrieval (see ``scopes``): leaving a
+retriever's ``retrieve`` files the retriever's scope under the caller's span, and leaving any
+span moves the scopes filed under it to its parent, so they stay visible to every later call
+of the query (the synthesizer is the retriever's sibling or a relative further off).
+
 Every record is dropped when its span exits or is dropped, so nothing outlives the query.
 
 Streaming trap: a streaming synthesizer may return a lazy generator that calls the LLM only
 when the caller first reads it, after every span of the query has closed. So when
 ``synthesize`` returns a ``StreamingResponse``, its ``response_gen`` is wrapped to carry the
-nodes into each read (a ContextVar set only while the wrapped generator runs).
+nodes, their scope and the query's instrument tags into each read (ContextVars set only
+while the wrapped generator runs).
 """
 
 from __future__ import annotations
@@ -32,18 +38,24 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.dispatcher import active_instrument_tags, instrument_tags
 from llama_index.core.instrumentation.span import BaseSpan, active_span_id
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.response_synthesizers.base import BaseSynthesizer
 from llama_index.core.schema import NodeWithScore
+from ngram_trie_rag.answer_scopes import joined_scope, object_scope
 from pydantic import PrivateAttr
+
+from .scopes import retriever_scope
 
 _UUID_SUFFIX = 37  # span ids are f"{Class}.{method}-{uuid4()}": a dash and 36 characters
 _SYNTHESIZE = frozenset({"synthesize", "asynthesize"})
@@ -55,6 +67,14 @@ def _method_name(span_id: str) -> str:
     return span_id[:-_UUID_SUFFIX].rsplit(".", 1)[-1]
 
 
+@dataclass(frozen=True)
+class Retrieved:
+    """The nodes a call drafts from, and the answer scope of the retrievals above it."""
+
+    nodes: list[NodeWithScore]
+    scope: str | None = None
+
+
 class RetrievedNodesTracker(BaseSpanHandler[BaseSpan]):
     """Span handler that files retrieved nodes under the span that received them.
 
@@ -64,6 +84,7 @@ class RetrievedNodesTracker(BaseSpanHandler[BaseSpan]):
 
     _parents: dict[str, str | None] = PrivateAttr(default_factory=dict)
     _nodes: dict[str, list[NodeWithScore]] = PrivateAttr(default_factory=dict)
+    _scopes: dict[str, frozenset[str]] = PrivateAttr(default_factory=dict)
     _guard: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @classmethod
@@ -85,15 +106,23 @@ class RetrievedNodesTracker(BaseSpanHandler[BaseSpan]):
     def span_exit(self, id_: str, bound_args: inspect.BoundArguments,
                   instance: Any | None = None, result: Any | None = None,
                   **kwargs: Any) -> None:
+        retrieving = isinstance(instance, BaseRetriever) and _method_name(id_) in _RETRIEVE
         with self._guard:
             parent = self._parents.pop(id_, None)
             nodes = self._nodes.pop(id_, None)
+            scopes = self._scopes.pop(id_, frozenset())
+            if retrieving:  # the retrievers it called are part of what it returned
+                scopes = frozenset({_scope_of(instance, scopes)})
+            open_parent = parent is not None and parent in self._parents
+            if open_parent and scopes:
+                self._scopes[parent] = self._scopes.get(parent, frozenset()) | scopes
             if nodes is not None and isinstance(result, StreamingResponse | AsyncStreamingResponse):
-                result.response_gen = _carry_nodes(result.response_gen, nodes)
-            if parent is not None and parent in self._parents and _is_node_list(result) and (
-                (isinstance(instance, BaseRetriever) and _method_name(id_) in _RETRIEVE)
-                or (isinstance(instance, BaseNodePostprocessor)
-                    and _method_name(id_) in _POSTPROCESS)
+                carried = Retrieved(nodes, self._scope_above(parent))
+                result.response_gen = _carry(result.response_gen, carried,
+                                             dict(active_instrument_tags.get() or {}))
+            if open_parent and _is_node_list(result) and (
+                retrieving or (isinstance(instance, BaseNodePostprocessor)
+                               and _method_name(id_) in _POSTPROCESS)
             ):
                 self._nodes[parent] = list(result)
 
@@ -103,6 +132,7 @@ class RetrievedNodesTracker(BaseSpanHandler[BaseSpan]):
         with self._guard:
             self._parents.pop(id_, None)
             self._nodes.pop(id_, None)
+            self._scopes.pop(id_, None)
 
     # The base class's hooks for span objects: this handler keeps none.
     def new_span(self, *args: Any, **kwargs: Any) -> None:
@@ -130,19 +160,43 @@ class RetrievedNodesTracker(BaseSpanHandler[BaseSpan]):
                 seen += 1  # a cycle cannot happen, but never loop forever on bad input
         return None
 
-    def current_nodes(self) -> list[NodeWithScore] | None:
-        """The nodes for the call starting now: those of the streamed response being read,
-        else the nearest recorded above the span active in this task or thread."""
-        streamed = _STREAM_NODES.get()
+    def scope_for(self, span_id: str | None) -> str | None:
+        """The answer scope of the retrievals recorded nearest above ``span_id`` (itself
+        included), or ``None`` when no retriever ran above it."""
+        with self._guard:
+            return self._scope_above(span_id)
+
+    def _scope_above(self, span_id: str | None) -> str | None:
+        seen = 0
+        while span_id is not None and seen <= len(self._parents):
+            if span_id in self._scopes:
+                return joined_scope(self._scopes[span_id])
+            span_id = self._parents.get(span_id)
+            seen += 1
+        return None
+
+    def current(self) -> Retrieved | None:
+        """The nodes for the call starting now, with their scope: those of the streamed
+        response being read, else the nearest recorded above the span active in this task
+        or thread; ``None`` when none were."""
+        streamed = _STREAMED.get()
         if streamed is not None:
-            return list(streamed)
-        return self.nodes_for(active_span_id.get())
+            return Retrieved(list(streamed.nodes), streamed.scope)
+        span = active_span_id.get()
+        nodes = self.nodes_for(span)
+        return None if nodes is None else Retrieved(nodes, self.scope_for(span))
+
+    def current_nodes(self) -> list[NodeWithScore] | None:
+        """The nodes of :meth:`current`."""
+        found = self.current()
+        return None if found is None else found.nodes
 
     @property
     def num_records(self) -> int:
-        """How many node lists are held now; 0 whenever no query is running."""
+        """How many node lists and scope records are held now; 0 whenever no query is
+        running."""
         with self._guard:
-            return len(self._nodes)
+            return len(self._nodes) + len(self._scopes)
 
     @property
     def num_open_spans(self) -> int:
@@ -151,29 +205,39 @@ class RetrievedNodesTracker(BaseSpanHandler[BaseSpan]):
             return len(self._parents)
 
 
-_STREAM_NODES: ContextVar[list[NodeWithScore] | None] = ContextVar(
-    "ngram_trie_stream_nodes", default=None)
+_STREAMED: ContextVar[Retrieved | None] = ContextVar("ngram_trie_streamed_nodes", default=None)
 
 
-def _carry_nodes(gen: Any, nodes: list[NodeWithScore]) -> Any:
+def _carry(gen: Any, carried: Retrieved, tags: dict[str, Any]) -> Any:
     if hasattr(gen, "__anext__"):
-        return _carry_nodes_async(gen, nodes)
+        return _carry_async(gen, carried, tags)
     if hasattr(gen, "__next__"):
-        return _carry_nodes_sync(gen, nodes)
+        return _carry_sync(gen, carried, tags)
     return gen
 
 
-def _carry_nodes_sync(gen: Iterator[Any], nodes: list[NodeWithScore]) -> Iterator[Any]:
-    """Yield from ``gen`` with ``nodes`` visible to the LLM while ``gen`` runs."""
+@contextmanager
+def _visible(carried: Retrieved, tags: dict[str, Any]) -> Iterator[None]:
+    """Inside: ``carried`` and the query's instrument tags are this context's, as they were
+    while the query ran (an answer scope named in the tags included)."""
+    token = _STREAMED.set(carried)
+    try:
+        with instrument_tags(tags) if tags else nullcontext():
+            yield
+    finally:
+        _STREAMED.reset(token)
+
+
+def _carry_sync(gen: Iterator[Any], carried: Retrieved,
+                tags: dict[str, Any]) -> Iterator[Any]:
+    """Yield from ``gen`` with ``carried`` visible to the LLM while ``gen`` runs."""
     try:
         while True:
-            token = _STREAM_NODES.set(nodes)
-            try:
-                item = next(gen)
-            except StopIteration:
-                return
-            finally:
-                _STREAM_NODES.reset(token)
+            with _visible(carried, tags):
+                try:
+                    item = next(gen)
+                except StopIteration:
+                    return
             yield item
     finally:
         close = getattr(gen, "close", None)
@@ -181,23 +245,29 @@ def _carry_nodes_sync(gen: Iterator[Any], nodes: list[NodeWithScore]) -> Iterato
             close()  # stops the LLM stream (and frees its lock) when the reader stops early
 
 
-async def _carry_nodes_async(gen: AsyncIterator[Any],
-                             nodes: list[NodeWithScore]) -> AsyncIterator[Any]:
-    """The async twin of ``_carry_nodes_sync``."""
+async def _carry_async(gen: AsyncIterator[Any], carried: Retrieved,
+                       tags: dict[str, Any]) -> AsyncIterator[Any]:
+    """The async twin of ``_carry_sync``."""
     try:
         while True:
-            token = _STREAM_NODES.set(nodes)
-            try:
-                item = await gen.__anext__()
-            except StopAsyncIteration:
-                return
-            finally:
-                _STREAM_NODES.reset(token)
+            with _visible(carried, tags):
+                try:
+                    item = await gen.__anext__()
+                except StopAsyncIteration:
+                    return
             yield item
     finally:
         aclose = getattr(gen, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def _scope_of(retriever: Any, inner: frozenset[str]) -> str:
+    """``retriever_scope``, never raising: this runs inside every query's spans."""
+    try:
+        return retriever_scope(retriever, sorted(inner))
+    except Exception:  # an odd retriever attribute must not break the query
+        return f"retriever:{object_scope(retriever)}"
 
 
 def _is_node_list(value: Any) -> bool:
@@ -225,5 +295,6 @@ def get_tracker() -> RetrievedNodesTracker:
 
 
 def registry_size() -> int:
-    """Node lists held right now (0 after every query has finished): a leak check."""
+    """Node lists and scope records held right now (0 after every query has finished):
+    a leak check."""
     return get_tracker().num_records
