@@ -40,7 +40,7 @@ import torch
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.methods import measure_prefill, run_core, run_vanilla
-from ngram_trie_rag.prompts import rag_messages
+from ngram_trie_rag.prompts import rag_request
 from ngram_trie_rag.reference import shared_data_dir
 from ngram_trie_rag.retrieval import (
     CrossEncoderReranker,
@@ -181,7 +181,10 @@ def run(args: argparse.Namespace) -> dict:
         passages = retriever.retrieve(q["question"])
         retrieve_s = time.perf_counter() - start
         docs = [p.text for p in passages]
-        ids = gen.encode_prompt(rag_messages(docs, q["question"] + SHORT_ANSWER))
+        # A chat message, or a completion prompt for a model without a chat template
+        # (its run-on past the answer is cut by ``short_answer``'s first line).
+        request = rag_request(gen.tokenizer, docs, q["question"] + SHORT_ANSWER)
+        ids = gen.encode_prompt(request.prompt)
         if i == 0:  # warm both paths once, untimed
             run_vanilla(gen, ids, 4, 0.0)
             run_core(gen, ids, docs, 4, "trie")

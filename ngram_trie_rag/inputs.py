@@ -64,9 +64,21 @@ def encode_prompt(tokenizer: Any, prompt: Prompt, vocab_size: int,
     raise TypeError("prompt must be a string, a list of chat messages, or a list of token ids")
 
 
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether chat messages can be sent to this tokenizer's model.
+
+    The one test every prompt builder asks (:func:`ngram_trie_rag.prompts.rag_request`,
+    the benchmark's rows): instruction-tuned models ship a template; base models have
+    none and take plain text written so that they continue it.
+    """
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
 def _apply_chat_template(tokenizer: Any, messages: list[dict[str, Any]],
                          model_name: str) -> list[int]:
-    if not getattr(tokenizer, "chat_template", None):
+    # Never a silent fallback: flattening messages into text is a prompt format the
+    # caller did not choose. Builders that know their prompt pick the form up front.
+    if not has_chat_template(tokenizer):
         raise ValueError(f"{model_name} has no chat template; pass a string prompt")
     for m in messages:
         if "role" not in m or "content" not in m:

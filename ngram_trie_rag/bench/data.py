@@ -1,7 +1,8 @@
 """Benchmark rows: read JSONL files of several public shapes into one prompt form.
 
 Each row becomes a :class:`BenchItem`: the user message sent through the chat
-template, and the texts the drafter copies from. Two kinds of rows exist:
+template (a model without one gets the row's completion form, see
+:meth:`BenchItem.request`), and the texts the drafter copies from. Two kinds of rows exist:
 
 - Spec-Bench (``turns[0]``): the prompt already holds everything, so the prompt itself
   is the draft source (``documents`` is ``None``).
@@ -25,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..prompts import rag_prompt
+from ..prompts import RagRequest, rag_prompt, rag_request, user_prompt
 
 EXPECTED_SHAPES = (
     "'turns' (Spec-Bench: turns[0] is the whole prompt)",
@@ -48,6 +49,22 @@ class BenchItem:
     documents: list[str] | None  # draft sources; None drafts from the prompt itself
     shape: str  # "spec_bench", "context", "docs" or "ctxs"
     answers: tuple[str, ...] | None = None  # gold answers, to score quality; None if none
+    question: str | None = None  # context-QA rows: the question ``text`` was built from
+    note: str = ""  # a further instruction after the question (``with_instruction``)
+
+    def with_instruction(self, instruction: str) -> BenchItem:
+        """The row with ``instruction`` (e.g. an answer format) added after its text."""
+        return replace(self, text=f"{self.text}\n\n{instruction}",
+                       note=f"{self.note}\n\n{instruction}" if self.note else instruction)
+
+    def request(self, tokenizer: Any) -> RagRequest:
+        """The prompt in the model's form. A context-QA row is rebuilt by
+        :func:`~ngram_trie_rag.prompts.rag_request` (for a chat model, the same message as
+        ``text``; for a base model, the completion prompt and its stop strings); any other
+        row is its text, through the chat template when the model has one."""
+        if self.question is not None and self.documents is not None:
+            return rag_request(tokenizer, self.documents, self.question, self.note)
+        return RagRequest(user_prompt(tokenizer, self.text))
 
 
 def split_context(context: str) -> list[str]:
@@ -138,7 +155,7 @@ def _qa_item(rid: str, docs: list[str], question: str, shape: str, where: str) -
     docs = [d for d in docs if d.strip()]
     if not docs:
         raise DataFormatError(f"{where}: no non-empty documents")
-    return BenchItem(rid, rag_prompt(docs, question), docs, shape)
+    return BenchItem(rid, rag_prompt(docs, question), docs, shape, question=question)
 
 
 def _text(row: dict, key: str, where: str) -> str:

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from ..drafting.oracle import oracle_accept_length, same_size_bounds
 from ..generator import SpeculativeGenerator
+from ..prompts import before_stop
 from .config import BenchConfig, RunConfig
 from .data import BenchItem, load_items
 from .grammars import bench_grammar
@@ -51,10 +52,8 @@ def load_generator(cfg: RunConfig, generator: SpeculativeGenerator | None = None
 
 
 def encode_item(gen: SpeculativeGenerator, item: BenchItem) -> list[int]:
-    """One user message through the chat template; models without one get the raw text."""
-    if getattr(gen.tokenizer, "chat_template", None):
-        return gen.encode_prompt([{"role": "user", "content": item.text}])
-    return gen.encode_prompt(item.text)
+    """The row's prompt in the model's form (:meth:`BenchItem.request`), as token ids."""
+    return gen.encode_prompt(item.request(gen.tokenizer).prompt)
 
 
 def rotated(names: Sequence[str], i: int) -> list[str]:
@@ -63,9 +62,13 @@ def rotated(names: Sequence[str], i: int) -> list[str]:
     return [*names[k:], *names[:k]]
 
 
-def answer_text(gen: SpeculativeGenerator, token_ids: list[int]) -> str:
-    """An answer's text as a user reads it (special tokens such as EOS left out)."""
-    return gen.tokenizer.decode(token_ids, skip_special_tokens=True)
+def answer_text(gen: SpeculativeGenerator, token_ids: list[int],
+                stop: Sequence[str] = ()) -> str:
+    """An answer's text as a user reads it (special tokens such as EOS left out), up to
+    the first stop string. Every method runs to the same token count, as the protocol
+    asks, so a base model's stop strings (:class:`~ngram_trie_rag.prompts.RagRequest`)
+    cut only the text that is scored, never the tokens that are timed and compared."""
+    return before_stop(gen.tokenizer.decode(token_ids, skip_special_tokens=True), stop)
 
 
 def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = None,
@@ -79,7 +82,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
     grammar = None
     if cfg.grammar is not None:  # the structured task: its instruction joins every prompt
         grammar, instruction = bench_grammar(cfg.grammar)
-        items = [dataclasses.replace(it, text=f"{it.text}\n\n{instruction}") for it in items]
+        items = [it.with_instruction(instruction) for it in items]
     reference_method = cfg.reference
     draft = {"n": cfg.n, "prefix_len": cfg.prefix_len}
     if cfg.num_draft is not None:  # pinned per call; also the generator's own setting
@@ -111,7 +114,8 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
                 run.same_size_bound = sum(same_size_bounds(ids, run.token_ids,
                                                            run.accept_lengths, run.draft_sizes))
             if item.answers:
-                run.quality = score(answer_text(gen, run.token_ids), item.answers)
+                stop = item.request(gen.tokenizer).stop
+                run.quality = score(answer_text(gen, run.token_ids, stop), item.answers)
         for name in cfg.methods:
             runs[name].append(done[name])
         capped = {k: oracle_accept_length(ids, reference, k) for k in ORACLE_MAX_DRAFT}

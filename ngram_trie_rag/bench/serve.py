@@ -2,7 +2,8 @@
 with the trie proposer, on the same prompts at several concurrency levels, in one run.
 
 Each method runs in its own process (one vLLM engine each, see :mod:`.serve_worker`)
-over the same chat-templated prompts, greedy, in the same order. Reported per method
+over the same chat-templated prompts (completion prompts for a model without a chat
+template), greedy, in the same order. Reported per method
 and concurrency:
 
 - ``output_tokens_per_s``: output tokens of all requests / wall time of the level;
@@ -82,9 +83,7 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": it.text}],
-                                             add_generation_prompt=True, tokenize=False)
-               for it in items]
+    prompts = [_prompt_text(tokenizer, it.request(tokenizer).prompt) for it in items]
     job = {"model": args.model, "dtype": args.dtype, "k": args.num_speculative_tokens,
            "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency,
            "prompts": prompts, "documents": [it.documents for it in items],
@@ -98,6 +97,14 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
         Path(args.out).write_text(json.dumps(doc, indent=2))
         print(f"wrote {args.out}")
     return 0
+
+
+def _prompt_text(tokenizer, prompt: str | list[dict[str, str]]) -> str:
+    """The text vLLM is sent: chat messages rendered by the chat template, a base
+    model's completion prompt as it is (the choice is :meth:`BenchItem.request`'s)."""
+    if isinstance(prompt, str):
+        return prompt
+    return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
 
 
 def _run_method(job: dict, method: str) -> dict:

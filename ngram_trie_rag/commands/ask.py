@@ -2,7 +2,10 @@
 
 Chunk, embed and index the documents (cached, so the second question is fast),
 retrieve, rerank, then stream an answer drafted from the retrieved passages, and
-finish with one summary line: accepted length, tokens/s, sources.
+finish with one summary line: accepted length, tokens/s, sources. A model without a
+chat template (a base model) gets the same prompt as plain text ending in "Answer:",
+and its answer ends at a blank line or "\\nQuestion:", where a base model runs on
+(:class:`~ngram_trie_rag.prompts.RagRequest`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("docs", nargs="+" if name == "ask" else 1,
                        help="a folder or files (txt, md, rst, html, pdf, json, jsonl)"
                        + ("; the question comes last" if name == "ask" else ""))
-        p.add_argument("--model", default=None, help="local HF model folder (default: packaged)")
+        p.add_argument("--model", default=None,
+                       help="local HF model folder or GGUF file (default: packaged); a "
+                       "model without a chat template gets a completion prompt")
         p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
         p.add_argument("--k", type=positive_int, default=4, help="passages given to the model")
         p.add_argument("--candidates", type=positive_int, default=20,
@@ -104,20 +109,21 @@ class Session:
             self.retriever.reranker = LLMReranker(self.gen.model, self.gen.tokenizer)
 
     def answer(self, question: str) -> dict:
-        from ..prompts import rag_messages
+        from ..prompts import rag_request
 
         passages = self.retriever.retrieve(question)
         texts = [p.text for p in passages]
-        messages = rag_messages(texts, question)
-        size = len(self.gen.encode_prompt(messages))
+        # Chat messages, or for a base model a completion prompt with its stop strings.
+        request = rag_request(self.gen.tokenizer, texts, question)
+        size = len(self.gen.encode_prompt(request.prompt))
         if size >= self.gen.context_window:
             raise AskError(f"the question and its {len(texts)} passages take "
                            f"{size} tokens, more than the "
                            f"model's context window of {self.gen.context_window}: shorten the "
                            "question or pass a smaller --k")
-        stream = self.gen.stream(messages, texts,
+        stream = self.gen.stream(request.prompt, texts,
                                  max_new_tokens=self.args.max_new_tokens,
-                                 num_draft=self.args.num_draft)
+                                 num_draft=self.args.num_draft, stop=list(request.stop))
         for delta in _deltas(stream, echo=not self.args.json):
             print(delta, end="", flush=True)
         result = stream.result
