@@ -10,6 +10,8 @@ import argparse
 import gzip
 import json
 import multiprocessing
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -353,6 +355,38 @@ def test_background_load_spins_beside_the_block_and_stops_after() -> None:
             busy = int(stat.read_text().rsplit(")", 1)[1].split()[11]) > 0  # utime ticks
         assert busy or not stat.exists()  # spinning (checked where /proc exists)
     assert not child.is_alive()
+
+
+def test_background_load_ends_with_a_killed_benchmark(tmp_path: Path) -> None:
+    """A benchmark killed outright (no ``finally`` runs) leaves no spinner behind."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, time\n"
+        "from ngram_trie_rag.bench.background_load import background_load\n"
+        "if __name__ == '__main__':\n"
+        "    with background_load(1):\n"
+        "        import multiprocessing\n"
+        "        print(multiprocessing.active_children()[0].pid, flush=True)\n"
+        "        time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        spinner = int(parent.stdout.readline())
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 60
+    while _alive(spinner) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(spinner)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def test_cli_bench_defaults() -> None:

@@ -11,13 +11,16 @@ the run ends. Every method runs under the same load, interleaved per prompt.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-def _spin(stop: mp.Event) -> None:  # type: ignore[valid-type]
-    """Busy-loop until ``stop`` is set (checked every few million additions)."""
-    while not stop.is_set():
+def _spin(stop: mp.Event, parent: int) -> None:  # type: ignore[valid-type]
+    """Busy-loop until ``stop`` is set or the benchmark process is gone (killed before
+    it could set ``stop``: a spinner must not outlive it), checked every few million
+    additions."""
+    while not stop.is_set() and os.getppid() == parent:
         total = 0
         for i in range(2_000_000):
             total += i
@@ -30,7 +33,7 @@ def background_load(processes: int) -> Iterator[int]:
         raise ValueError(f"background load must be >= 0 processes, got {processes}")
     context = mp.get_context("spawn")  # no copy of a loaded model in the children
     stop = context.Event()
-    workers = [context.Process(target=_spin, args=(stop,), daemon=True)
+    workers = [context.Process(target=_spin, args=(stop, os.getpid()), daemon=True)
                for _ in range(processes)]
     for worker in workers:
         worker.start()
