@@ -154,6 +154,7 @@ class Constraint:
         self.vocab_size = vocab_size
         self._banned = torch.tensor(sorted(banned), dtype=torch.long)
         self._bits = torch.arange(32, dtype=torch.int32)
+        self._next_fill: torch.Tensor | None = None  # what may follow now, once filled
 
     @property
     def terminated(self) -> bool:
@@ -170,7 +171,7 @@ class Constraint:
         ``t // 32`` set when token ``t`` is allowed (banned tokens not yet cleared)."""
         n = len(tree)
         if n == 0:
-            return self._fill(self.matcher)
+            return self._committed_fill()
         bitmask = self._xgr.allocate_token_bitmask(1 + n, self.vocab_size)
         bitmask.zero_()
         first, sibling = _retrieve_arrays(tree)
@@ -216,9 +217,12 @@ class Constraint:
         matcher.fill_next_token_bitmask(bitmask, 0)
         return bitmask
 
-    def _next(self, matcher: Any) -> torch.Tensor:
-        """(V,) bool: what ``matcher`` allows next."""
-        return self._unpack(self._fill(matcher))[0]
+    def _committed_fill(self) -> torch.Tensor:
+        """:meth:`_fill` of the committed matcher, filled once per step: the forced-token
+        walk and a plain step's mask both need it, and :meth:`advance` moves it on."""
+        if self._next_fill is None:
+            self._next_fill = self._fill(self.matcher)
+        return self._next_fill
 
     def _unpack(self, bitmask: torch.Tensor) -> torch.Tensor:
         """(R, W) int32 words -> (R, V) bool, little-endian within a word, with the
@@ -231,6 +235,7 @@ class Constraint:
 
     def advance(self, tokens: Sequence[int]) -> None:
         """The tokens a step emitted, in order (each was allowed by its mask)."""
+        self._next_fill = None
         for tok in tokens:
             if self.matcher.is_terminated():
                 return
@@ -245,7 +250,8 @@ class Constraint:
         fork = self.matcher.fork()
         out: list[int] = []
         while len(out) < limit and not fork.is_terminated():
-            ids = torch.nonzero(self._next(fork)).flatten()
+            fill = self._fill(fork) if out else self._committed_fill()  # fork == matcher
+            ids = torch.nonzero(self._unpack(fill)[0]).flatten()
             if ids.numel() != 1:
                 break
             tok = int(ids[0])

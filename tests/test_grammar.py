@@ -101,6 +101,34 @@ def test_greedy_masks_only_rows_whose_argmax_the_grammar_forbids(gen, compiler) 
     assert constraint.apply(logits, bitmask, greedy=False).equal(want)
 
 
+def test_the_committed_mask_is_filled_once_per_step(gen, compiler,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forced-token walk and a plain step's mask share one fill of the committed
+    matcher; emitting tokens moves it on."""
+    tok = gen.tokenizer
+    constraint = compiler.constraint(Grammar.json_schema(Cited))
+    fills: list[object] = []
+    real = type(constraint)._fill
+
+    def counted(self, matcher):  # the real fill, counted
+        fills.append(matcher)
+        return real(self, matcher)
+
+    monkeypatch.setattr(type(constraint), "_fill", counted)
+    start = tok.encode('{"answer": "', add_special_tokens=False)
+    constraint.advance(start)
+    assert constraint.forced(4) == []  # free text inside the string: nothing forced
+    plain = constraint.bitmasks(start[-1], DraftTree.empty())
+    assert len(fills) == 1 and fills[0] is constraint.matcher
+    fresh = real(constraint, constraint.matcher)
+    assert plain.equal(fresh)
+    word = tok.encode("Paris", add_special_tokens=False)
+    constraint.advance(word + tok.encode('"', add_special_tokens=False))
+    after = constraint.bitmasks(word[-1], DraftTree.empty())  # what follows the string
+    assert len(fills) == 2
+    assert after.equal(real(constraint, constraint.matcher)) and not after.equal(plain)
+
+
 def _prompts(count: int) -> list:
     return list(islice(load_items(shared_data_dir() / "hagrid" / "hagrid.jsonl"), count))
 
