@@ -220,8 +220,7 @@ def check_draft_config(n: Any, prefix_len: Any, num_draft: Any, method: Any, ada
     integer("num_draft", num_draft, low=1)
     integer("max_trie_tokens", max_trie_tokens, low=1)
     _method("method", method)
-    if not isinstance(adaptive, bool):
-        raise TypeError(f"adaptive must be True or False, got {_shown(adaptive)}")
+    flag("adaptive", adaptive)
 
 
 def refuse_bytes(documents: Any) -> None:
