@@ -17,7 +17,10 @@ drafters without the model. For each data set this prints, per decode step poole
 
 With ``--latency`` the model's latency curve is measured (as the generator measures it)
 and each selector's steps are costed with it: decode time relative to plain one-token
-steps, an estimate that ignores drafting overheads, not a measurement.
+steps, an estimate that ignores drafting overheads, not a measurement. It then also
+replays ``chain`` and ``trie`` with the generator's adaptive budget, and with the tree
+size chosen in hindsight at every step (the K that pays best knowing the answer): how
+much any budget over each ranking could still gain.
 
     python scripts/ceiling.py docs/results/rag-bf16.json --latency
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from ngram_trie_rag import SpeculativeGenerator
@@ -34,7 +38,11 @@ from ngram_trie_rag.bench.data import load_items
 from ngram_trie_rag.bench.runner import encode_item
 from ngram_trie_rag.bench.sweep import replay_cell
 from ngram_trie_rag.drafting.budget import DraftBudget
-from ngram_trie_rag.drafting.oracle import oracle_accept_lengths, replay_accept_lengths
+from ngram_trie_rag.drafting.oracle import (
+    hindsight_accept_lengths,
+    oracle_accept_lengths,
+    replay_accept_lengths,
+)
 
 CANDIDATES = 64
 
@@ -86,6 +94,9 @@ def main() -> None:
     fixed: dict[int, list[int]] = {k: [] for k in budgets}
     bound: dict[int, list[int]] = {k: [] for k in budgets}
     fixed_nodes: dict[int, list[int]] = {k: [] for k in budgets}
+    # per method: the adaptive budget replayed, and the size chosen in hindsight
+    sized = {(m, how): ([], []) for m in ("chain", "trie") for how in ("budget", "hindsight")}
+    adaptive = {m: gen.reshaped() for m in ("chain", "trie")}  # a budget each
     for item, record in zip(items, doc["prompts"], strict=True):
         ids = encode_item(gen, item)
         if len(ids) != record["prompt_tokens"]:
@@ -99,6 +110,14 @@ def main() -> None:
             fixed[k] += replay_cell(pinned[k], ids, docs, answer, meta["max_new_tokens"],
                                     drafted=fixed_nodes[k])
             bound[k] += oracle_accept_lengths(ids, answer, max_draft=k)
+        for m in ("chain", "trie") if cost is not None else ():
+            steps, nodes = sized[m, "budget"]
+            steps += replay_accept_lengths(adaptive[m].drafter(ids, docs, m), answer,
+                                           meta["max_new_tokens"], nodes)
+            steps, nodes = sized[m, "hindsight"]
+            fresh = partial(gen.drafter, ids, docs, m, num_draft=gen.config.num_draft)
+            steps += hindsight_accept_lengths(fresh, answer, cost, meta["max_new_tokens"],
+                                              nodes)
     runs = doc["methods"]
     print(f"{meta['data']} ({meta['rows_used']} prompts, {meta['dtype']})")
     ceiling = sum(oracle) / len(oracle)
@@ -108,6 +127,10 @@ def main() -> None:
     for k in budgets:
         print(f"  trie, num_draft {k}: {costed(fixed[k], cost, ceiling, fixed_nodes[k])}; "
               f"oracle with at most {k} draft tokens: {costed(bound[k], None, ceiling)}")
+    for (m, how), (steps, nodes) in sized.items():
+        print(f"  {m}, {'adaptive budget' if how == 'budget' else 'size chosen in hindsight'}"
+              f": {costed(steps, cost, ceiling, nodes)}, {sum(nodes) / len(nodes):.1f} "
+              f"nodes/step")
     trie = runs["trie"]
     line = (f"  measured trie: AL {trie['mean_accept_length']:.3f} "
             f"({trie['oracle_share']:.0%} of the oracle)")

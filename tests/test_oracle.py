@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ngram_trie_rag.drafting import DraftConfig, Drafter
+from ngram_trie_rag.drafting.budget import DraftBudget
 from ngram_trie_rag.drafting.oracle import (
+    hindsight_accept_lengths,
     oracle_accept_length,
     oracle_accept_lengths,
     replay_accept_lengths,
@@ -54,6 +56,46 @@ def test_same_size_bounds_follow_the_run() -> None:
         same_size_bounds(prompt, answer, [1, 1, 3], [0, 3])
     with pytest.raises(ValueError, match="add up"):
         same_size_bounds(prompt, answer, [1, 1, 2], [0, 3, 3])
+
+
+def _chain(prompt: list[int]):
+    """A fresh prompt-lookup drafter over ``prompt`` with no budget."""
+    return lambda: Drafter.for_request(DraftConfig(method="chain"), prompt, num_draft=8)
+
+
+def test_hindsight_takes_the_size_that_pays() -> None:
+    # After "1" nothing matches: a plain step. After "5" the chain drafts "6 7 8 1":
+    # three nodes hold the true "6 7 8", so verifying 3 accepts 4 tokens (bonus "9").
+    prompt, answer = [5, 6, 7, 8], [1, 5, 6, 7, 8, 9]
+    sizes: list[int] = []
+    cheap = hindsight_accept_lengths(_chain(prompt), answer, lambda k: 1 + 0.1 * k,
+                                     drafted=sizes)
+    assert (cheap, sizes) == ([1, 4], [0, 3])
+    # A node costing ten plain steps never pays: every step is plain.
+    sizes = []
+    dear = hindsight_accept_lengths(_chain(prompt), answer, lambda k: 1 + 10 * k,
+                                    drafted=sizes)
+    assert (dear, sizes) == ([1] * 5, [0] * 5)
+
+
+def test_hindsight_with_flat_cost_accepts_all_the_ranking_holds() -> None:
+    # When a bigger tree costs nothing more, hindsight verifies the whole true path
+    # among the candidates at every step: the fixed-size replay's steps, with no
+    # more nodes than that path needs.
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4]
+    answer = [1, 4, 1, 5, 9, 2, 6, 1, 5, 9, 7, 9, 3, 2, 3]
+    fixed = replay_accept_lengths(_chain(prompt)(), answer)
+    sizes: list[int] = []
+    assert hindsight_accept_lengths(_chain(prompt), answer, lambda k: 1.0,
+                                    drafted=sizes) == fixed
+    assert all(k == a - 1 for k, a in zip(sizes, fixed, strict=True))  # a chain's ranks
+
+
+def test_hindsight_needs_a_drafter_without_budget() -> None:
+    budget = DraftBudget({1: 1.0, 2: 1.1}, max_draft=4)
+    with_budget = lambda: Drafter.for_request(DraftConfig(), [1, 2, 3], budget=budget)  # noqa: E731
+    with pytest.raises(ValueError, match="no budget"):
+        hindsight_accept_lengths(with_budget, [1, 2, 3], lambda k: 1.0)
 
 
 seqs = st.lists(st.integers(0, 5), min_size=1, max_size=60)

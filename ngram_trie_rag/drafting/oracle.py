@@ -10,12 +10,15 @@ bonus token. Two uses:
   token in prompt + answer so far; with ``max_draft=K``, the ceiling for one that
   verifies at most K nodes per step.
 - ``replay_accept_lengths``: what a given drafter would get (for tuning n, L_p and
-  num_draft without running the model).
+  num_draft without running the model);
+- ``hindsight_accept_lengths``: what a drafter's ranking would get if every step
+  verified the tree size that, knowing the answer, pays best: the ceiling of any draft
+  budget over that ranking (a budget only chooses how many ranked nodes to verify).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -126,3 +129,62 @@ def replay_accept_lengths(drafter: Drafter, answer: Sequence[int],
         drafter.update(answer[t : t + step])
         t += step
     return out
+
+
+def hindsight_accept_lengths(make_drafter: Callable[[], Drafter], answer: Sequence[int],
+                             cost: Callable[[int], float], max_new_tokens: int | None = None,
+                             drafted: list[int] | None = None, rounds: int = 4) -> list[int]:
+    """Accept lengths when each step verifies the best number of the ranked candidates
+    of a drafter (``make_drafter()``, fresh for every replay) in hindsight: the ceiling
+    of a draft budget over that ranking.
+
+    A budget picks K, the ``K`` best-ranked candidates (an ancestor-closed tree), and
+    the step accepts the true path's nodes inside it plus the bonus token: with ``m_j``
+    the largest rank on the first ``j`` nodes of the true path, verifying ``m_j + 1``
+    nodes accepts ``j + 1`` tokens. Knowing the answer, each step takes the K (0: a
+    plain step) maximising ``accepted - rate * cost(K)``, ``cost(K)`` the seconds of a
+    forward verifying K nodes; ``rate`` starts at plain decoding's tokens per second
+    and is set to the result's own over ``rounds`` replays (Dinkelbach's iteration for
+    the best tokens per second). The drafter must have no budget and a ``num_draft``
+    as large as the budget's cap. ``drafted`` receives each step's K.
+
+    Example: candidates ``a`` (rank 0), ``b`` under it (rank 2), ``c`` (rank 1), true
+    continuation ``a b``: K = 1 accepts 2 tokens, K = 3 accepts 3; with cost 1, 1.2,
+    1.4, 1.6 for K = 0..3 and rate 1.5, K = 3 scores 3 - 2.4 = 0.6 and K = 1 scores
+    2 - 1.8 = 0.2, so the step verifies 3 nodes.
+    """
+    rate = 1.0 / cost(0)
+    steps: list[int] = []
+    sizes: list[int] = []
+    for _ in range(max(rounds, 1)):
+        drafter = make_drafter()
+        if drafter.budget is not None:
+            raise ValueError("hindsight replay chooses the tree size itself: the drafter "
+                             "must have no budget")
+        steps, sizes = _hindsight_round(drafter, list(answer), cost, rate, max_new_tokens)
+        rate = sum(steps) / sum(cost(k) for k in sizes) if steps else rate
+    if drafted is not None:
+        drafted.extend(sizes)
+    return steps
+
+
+def _hindsight_round(drafter: Drafter, answer: list[int], cost: Callable[[int], float],
+                     rate: float, max_new_tokens: int | None) -> tuple[list[int], list[int]]:
+    """One replay at a fixed ``rate``: (accept lengths, verified sizes) per step."""
+    limit = max_new_tokens if max_new_tokens is not None else len(answer)
+    drafter.update([answer[0]])
+    t, steps, sizes = 1, [], []
+    while t < len(answer):
+        candidates = drafter.propose(limit - t - 1)
+        path = candidates.path_nodes(answer[t:])[: len(answer) - t - 1]
+        reach = np.maximum.accumulate(candidates.ranks()[path]) + 1 if path else []
+        best_k, best_step = 0, 1  # a plain step
+        best = 1 - rate * cost(0)
+        for j, k in enumerate(reach, start=2):  # verify k nodes: accept j tokens
+            if j - rate * cost(int(k)) > best:
+                best_k, best_step, best = int(k), j, j - rate * cost(int(k))
+        steps.append(best_step)
+        sizes.append(best_k)
+        drafter.update(answer[t : t + best_step])
+        t += best_step
+    return steps, sizes
