@@ -94,9 +94,11 @@ def main() -> None:
     fixed: dict[int, list[int]] = {k: [] for k in budgets}
     bound: dict[int, list[int]] = {k: [] for k in budgets}
     fixed_nodes: dict[int, list[int]] = {k: [] for k in budgets}
-    # per method: the adaptive budget replayed, and the size chosen in hindsight
-    sized = {(m, how): ([], []) for m in ("chain", "trie") for how in ("budget", "hindsight")}
-    adaptive = {m: gen.reshaped() for m in ("chain", "trie")}  # a budget each
+    # with a cost curve, per method: the adaptive budget replayed, and the size chosen
+    # in hindsight
+    sized_methods = ("chain", "trie") if cost is not None else ()
+    sized = {(m, how): ([], []) for m in sized_methods for how in ("budget", "hindsight")}
+    adaptive = {m: gen.reshaped() for m in sized_methods}  # a budget each
     for item, record in zip(items, doc["prompts"], strict=True):
         ids = encode_item(gen, item)
         if len(ids) != record["prompt_tokens"]:
@@ -110,7 +112,7 @@ def main() -> None:
             fixed[k] += replay_cell(pinned[k], ids, docs, answer, meta["max_new_tokens"],
                                     drafted=fixed_nodes[k])
             bound[k] += oracle_accept_lengths(ids, answer, max_draft=k)
-        for m in ("chain", "trie") if cost is not None else ():
+        for m in sized_methods:
             steps, nodes = sized[m, "budget"]
             steps += replay_accept_lengths(adaptive[m].drafter(ids, docs, m), answer,
                                            meta["max_new_tokens"], nodes)
