@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .draft_tree import DraftTree
 from .drafter import Drafter
 
 
@@ -116,19 +117,11 @@ def replay_accept_lengths(drafter: Drafter, answer: Sequence[int],
     The first token comes from prefill (not a step). ``drafted``, when given, receives
     each step's number of draft nodes (its cost).
     """
-    limit = max_new_tokens if max_new_tokens is not None else len(answer)
-    drafter.update([answer[0]])
-    t, out = 1, []
-    while t < len(answer):
-        tree = drafter.propose(limit - t - 1)
-        if drafted is not None:
-            drafted.append(len(tree))
-        path = tree.path_nodes(list(answer[t:]))  # the walk along the true continuation
-        step = min(len(path) + 1, len(answer) - t)
-        out.append(step)
-        drafter.update(answer[t : t + step])
-        t += step
-    return out
+    steps, sizes = _walk(drafter, answer, max_new_tokens,
+                         lambda tree, path: (len(tree), len(path) + 1))
+    if drafted is not None:
+        drafted.extend(sizes)
+    return steps
 
 
 def hindsight_accept_lengths(make_drafter: Callable[[], Drafter], answer: Sequence[int],
@@ -161,30 +154,48 @@ def hindsight_accept_lengths(make_drafter: Callable[[], Drafter], answer: Sequen
         if drafter.budget is not None:
             raise ValueError("hindsight replay chooses the tree size itself: the drafter "
                              "must have no budget")
-        steps, sizes = _hindsight_round(drafter, list(answer), cost, rate, max_new_tokens)
+        steps, sizes = _hindsight_round(drafter, answer, cost, rate, max_new_tokens)
         rate = sum(steps) / sum(cost(k) for k in sizes) if steps else rate
     if drafted is not None:
         drafted.extend(sizes)
     return steps
 
 
-def _hindsight_round(drafter: Drafter, answer: list[int], cost: Callable[[int], float],
+def _hindsight_round(drafter: Drafter, answer: Sequence[int], cost: Callable[[int], float],
                      rate: float, max_new_tokens: int | None) -> tuple[list[int], list[int]]:
     """One replay at a fixed ``rate``: (accept lengths, verified sizes) per step."""
+
+    def best(tree: DraftTree, path: list[int]) -> tuple[int, int]:
+        reach = np.maximum.accumulate(tree.ranks()[path]) + 1 if path else []
+        options = [(0, 1), *((int(k), j) for j, k in enumerate(reach, start=2))]
+        # verify k nodes, accept j tokens; the first best wins a tie (the fewest nodes)
+        return max(options, key=lambda kj: kj[1] - rate * cost(kj[0]))
+
+    return _walk(drafter, answer, max_new_tokens, best)
+
+
+def _walk(drafter: Drafter, answer: Sequence[int], max_new_tokens: int | None,
+          choose: Callable[[DraftTree, list[int]], tuple[int, int]]
+          ) -> tuple[list[int], list[int]]:
+    """Drive ``drafter`` along ``answer`` as the generator does and return each step's
+    (accept length, draft nodes verified).
+
+    ``propose`` gets the generator's depth cap, ``max_new_tokens - produced - 1``, and
+    ``update`` what the step emitted; the first token comes from prefill (not a step).
+    ``choose(tree, path)`` stands in for verification: ``path`` is the true
+    continuation's nodes in the proposed tree (at most the tokens left after the bonus
+    one), and it returns ``(nodes verified, tokens accepted)``.
+    """
+    answer = list(answer)
     limit = max_new_tokens if max_new_tokens is not None else len(answer)
     drafter.update([answer[0]])
     t, steps, sizes = 1, [], []
     while t < len(answer):
-        candidates = drafter.propose(limit - t - 1)
-        path = candidates.path_nodes(answer[t:])[: len(answer) - t - 1]
-        reach = np.maximum.accumulate(candidates.ranks()[path]) + 1 if path else []
-        best_k, best_step = 0, 1  # a plain step
-        best = 1 - rate * cost(0)
-        for j, k in enumerate(reach, start=2):  # verify k nodes: accept j tokens
-            if j - rate * cost(int(k)) > best:
-                best_k, best_step, best = int(k), j, j - rate * cost(int(k))
-        steps.append(best_step)
-        sizes.append(best_k)
-        drafter.update(answer[t : t + best_step])
-        t += best_step
+        tree = drafter.propose(limit - t - 1)
+        path = tree.path_nodes(answer[t:])[: len(answer) - t - 1]
+        size, step = choose(tree, path)
+        steps.append(step)
+        sizes.append(size)
+        drafter.update(answer[t : t + step])
+        t += step
     return steps, sizes
