@@ -16,6 +16,11 @@ _EXPORTS = {
     "DraftTree": ".drafting",
     "Drafter": ".drafting",
     "NGramTrie": ".drafting",
+    "Answer": ".backends",
+    "Backend": ".backends",
+    "GenerationOptions": ".options",
+    "Request": ".backends",
+    "open_backend": ".backends",
     "GenerationResult": ".result",
     "GenerationStats": ".result",
     "GenerationStream": ".stream",
@@ -27,27 +32,34 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from .backends import Answer, Backend, Request, open_backend
     from .drafting import AnswerStore, DraftConfig, Drafter, DraftTree, NGramTrie
     from .generator import SpeculativeGenerator
     from .loading import ModelNotFoundError, load_model
+    from .options import GenerationOptions
     from .result import GenerationResult, GenerationStats
     from .sampling import SamplingParams
     from .shared import shared_generator
     from .stream import GenerationStream
 
 __all__ = [
+    "Answer",
     "AnswerStore",
+    "Backend",
     "DraftConfig",
     "DraftTree",
     "Drafter",
+    "GenerationOptions",
     "GenerationResult",
     "GenerationStats",
     "GenerationStream",
     "ModelNotFoundError",
     "NGramTrie",
+    "Request",
     "SamplingParams",
     "SpeculativeGenerator",
     "load_model",
+    "open_backend",
     "shared_generator",
 ]
 __version__ = "0.1.0"

@@ -26,21 +26,21 @@ from typing import Any
 
 import torch
 
-from .drafting import AnswerStore, DraftBudget, DraftConfig, Drafter, DraftTree
-from .drafting.answer_store import answer_tokens, check_answer_store
-from .drafting.config import check_method
+from .drafting import DraftBudget, DraftConfig, Drafter, DraftTree
+from .drafting.answer_store import answer_tokens
 from .engine import KV, Engine, engine_for
 from .engine.latency import LatencyCurve
-from .grammar import Constraint, Grammar, compiler_for
-from .inputs import Document, Prompt, encode_documents, encode_prompt
-from .repetition import RepetitionStop, check_repetition_stop
+from .grammar import Constraint, compiler_for
+from .inputs import DraftDocument, Prompt, encode_documents, encode_prompt
+from .options import GenerationOptions, options_from
+from .repetition import RepetitionStop
 from .result import FinishReason, GenerationResult, GenerationStats
 from .sampling import SamplingParams, accept, choose
 from .stream import GenerationStream, Step
 from .text_stream import TextStream
-from .validation import check_documents, check_options, check_prompt, vocab_size
+from .validation import check_documents, check_prompt, vocab_size
 
-__all__ = ["DraftConfig", "GenerationStream", "SpeculativeGenerator"]
+__all__ = ["DraftConfig", "GenerationOptions", "GenerationStream", "SpeculativeGenerator"]
 
 
 @dataclass
@@ -78,6 +78,9 @@ class SpeculativeGenerator:
         self.model_name = name or getattr(model.config, "_name_or_path", "") or "model"
         self.context_window = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self.eos_token_ids = _eos_ids(model, tokenizer)
+        self.vocab_size = vocab_size(model)  # token ids the model takes and emits
+        out = model.get_output_embeddings()  # the logits' width (may exceed the vocabulary)
+        self.logits_width = int(out.weight.shape[0]) if out is not None else self.vocab_size
         self.engine = engine or engine_for(model)
         self._budget: DraftBudget | None = None  # learned across this generator's calls
 
@@ -111,12 +114,12 @@ class SpeculativeGenerator:
     # ---- inputs ---------------------------------------------------------------------
     def encode_prompt(self, prompt: Prompt) -> list[int]:
         """Prompt -> token ids: a string as-is, chat messages via the chat template."""
-        return encode_prompt(self.tokenizer, prompt, self.model.config.vocab_size,
-                             self.model_name)
+        return encode_prompt(self.tokenizer, prompt, self.vocab_size, self.model_name)
 
-    def encode_documents(self, documents: Sequence[Document]) -> list[list[int]]:
-        """Documents -> token ids (repeats dropped); see :mod:`ngram_trie_rag.inputs`."""
-        return encode_documents(self.tokenizer, documents)
+    def encode_documents(self, documents: Sequence[DraftDocument]) -> list[list[int]]:
+        """Documents -> token ids, checked (kinds, ids in the vocabulary, text content)
+        and with repeats dropped, in one pass; see :mod:`ngram_trie_rag.inputs`."""
+        return encode_documents(self.tokenizer, check_documents(documents, self.vocab_size))
 
     def drafter(self, prompt_ids: Sequence[int], documents: Sequence[Sequence[int]] | None,
                 method: str | None = None, num_draft: int | None = None,
@@ -135,22 +138,17 @@ class SpeculativeGenerator:
         return self._budget
 
     # ---- public API -----------------------------------------------------------------
-    def generate(self, prompt: Prompt, documents: Sequence[Document] | None = None,
-                 **options: Any) -> GenerationResult:
-        """Generate a full answer. Options: see :meth:`stream`."""
-        stream = self.stream(prompt, documents, **options)
+    def generate(self, prompt: Prompt, documents: Sequence[DraftDocument] | None = None,
+                 options: GenerationOptions | None = None, **changes: Any) -> GenerationResult:
+        """Generate a full answer; arguments as for :meth:`stream`."""
+        stream = self.stream(prompt, documents, options, **changes)
         for _ in stream:
             pass
         assert stream.result is not None
         return stream.result
 
-    def stream(self, prompt: Prompt, documents: Sequence[Document] | None = None, *,
-               max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
-               top_k: int = 0, stop: Sequence[str] | str | None = None,
-               seed: int | None = None, num_draft: int | None = None,
-               method: str | None = None, grammar: Grammar | None = None,
-               repetition_stop: int | None = None,
-               answer_store: AnswerStore | None = None) -> GenerationStream:
+    def stream(self, prompt: Prompt, documents: Sequence[DraftDocument] | None = None,
+               options: GenerationOptions | None = None, **changes: Any) -> GenerationStream:
         """Text deltas as they are verified; ``.result`` once exhausted.
 
         Args:
@@ -158,62 +156,51 @@ class SpeculativeGenerator:
                 or token ids.
             documents: texts or token ids to draft from (e.g. the retrieved chunks);
                 ``None`` drafts from the prompt itself. The answer is always added.
-            max_new_tokens: upper bound on new tokens (generation also stops at the
-                model's context window, with finish reason ``length``).
-            stop: stop strings; the text ends before the first one (not emitted).
-            num_draft: pin the number of verified draft nodes for this call (by default
-                it adapts per step, up to ``config.num_draft``).
-            method: ``"trie"``, ``"backoff"``, ``"chain"`` or ``"none"`` for this call.
-            grammar: a :class:`~ngram_trie_rag.grammar.Grammar` the answer must match
-                (JSON schema, JSON, regex, EBNF): constrained decoding, exact under
-                speculation (each tree node masked by its own grammar state).
-            repetition_stop: an n-gram length n >= 2: the answer ends (finish reason
-                ``repetition``) just before the first n-gram that already occurred in
-                it; the tokens are a prefix of what plain decoding makes. The stream
-                holds the newest n - 1 tokens back, since a cut may still remove them.
-            answer_store: an :class:`~ngram_trie_rag.drafting.AnswerStore` (one per
-                index, session or chain: the store is the scope): the call also drafts
-                from the earlier answers it holds, and its own answer (EOS dropped) is
-                added once the stream finishes. Greedy output is unchanged (sampling
-                keeps its distribution); only the speed changes.
+            options: a :class:`~ngram_trie_rag.options.GenerationOptions` (token budget,
+                sampling, stop strings, seed, grammar, draft method and size, repetition
+                stop, answer store); ``None``: the defaults.
+            changes: options as keywords (``max_new_tokens=64``), applied over
+                ``options``; an unknown keyword is a ``TypeError``.
+
+        Prompt, documents and grammar are encoded and checked here, before the model is
+        held, so bad input fails at the call; generation runs as the stream is read.
         """
-        check_options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                      top_k=top_k, stop=stop, seed=seed, num_draft=num_draft, method=method)
-        repeat_n = check_repetition_stop(repetition_stop)
-        store = check_answer_store(answer_store)
+        options = _options(options, changes)
         check_prompt(prompt)
-        documents = check_documents(documents, vocab_size(self.model))
-        method = check_method(method or self.config.method)
-        params = SamplingParams(temperature, top_p, top_k)
-        stops = [stop] if isinstance(stop, str) else list(stop or ())
+        method = options.method or self.config.method
         ids = self.encode_prompt(prompt)
         if len(ids) >= self.context_window:
             raise ValueError(f"prompt has {len(ids)} tokens; the context window of "
                              f"{self.model_name} is {self.context_window}")
         constraint = None
-        if grammar is not None:  # compiled (or a clear error) before the model is held
-            constraint = compiler_for(self.tokenizer, self._vocab_size()).constraint(grammar)
+        if options.grammar is not None:  # compiled (or a clear error) before the model is held
+            constraint = compiler_for(self.tokenizer, self.logits_width).constraint(
+                options.grammar)
         docs = self.encode_documents(documents) if documents is not None else None
         _ = self.engine.curve  # measured now, if it must be, not while the stream holds the lock
-        drafter = self.drafter(ids, docs, method, num_draft,
+        store = options.answer_store
+        drafter = self.drafter(ids, docs, method, options.num_draft,
                                answers=store.answers() if store is not None else ())
         stats = GenerationStats(method=method, trie_build_s=drafter.build_s,
                                 trie_tokens=drafter.trie.num_tokens,
                                 draft_source=drafter.source,
                                 num_documents=drafter.num_documents,
                                 store_answers=drafter.num_answers)
+        params = SamplingParams(options.temperature, options.top_p, options.top_k)
         rng = None
         if not params.greedy:
             rng = torch.Generator(device=self.model.device)
-            rng.manual_seed(seed if seed is not None else torch.seed())
+            rng.manual_seed(options.seed if options.seed is not None else torch.seed())
+        repeat_n = options.repetition_stop
         request = _Request(drafter, params, rng,
-                           min(max_new_tokens, self.context_window - len(ids)), stats,
+                           min(options.max_new_tokens, self.context_window - len(ids)), stats,
                            constraint=constraint,
                            repeats=RepetitionStop(repeat_n) if repeat_n else None)
         keep = None if store is None else (  # the finished answer joins its scope's store
             lambda result: store.add(answer_tokens(result.token_ids, self.eos_token_ids)))
         return GenerationStream(self.engine.lock, self.tokenizer, len(ids),
-                                self._steps(request, ids), TextStream(self.tokenizer, stops),
+                                self._steps(request, ids),
+                                TextStream(self.tokenizer, list(options.stop)),
                                 on_result=keep)
 
     # ---- the loop -------------------------------------------------------------------
@@ -276,12 +263,6 @@ class SpeculativeGenerator:
                 return DraftTree.chain(forced)
         return req.drafter.propose(room)
 
-    def _vocab_size(self) -> int:
-        """Rows of the output layer (the logits' width), which may exceed the
-        tokenizer's vocabulary."""
-        out = self.model.get_output_embeddings()
-        return int(out.weight.shape[0]) if out is not None else int(self.model.config.vocab_size)
-
     def _cut(self, tokens: list[int]) -> tuple[list[int], FinishReason | None]:
         """An accepted EOS ends the answer: what follows it is dropped."""
         for i, t in enumerate(tokens):
@@ -301,6 +282,16 @@ class SpeculativeGenerator:
         req.finish = finish
         req.stats.decode_s = time.perf_counter() - req.decode_start
         return tokens, finish, req.stats
+
+
+def _options(options: GenerationOptions | None, changes: dict[str, Any]) -> GenerationOptions:
+    """``options`` with keyword ``changes`` over it (each checked once, where it is made)."""
+    if options is None:
+        return options_from(**changes)
+    if not isinstance(options, GenerationOptions):
+        raise TypeError("options must be a GenerationOptions, got "
+                        f"{type(options).__name__} (pass keywords for single options)")
+    return options.with_changes(**changes) if changes else options
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:

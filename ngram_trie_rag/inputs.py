@@ -12,8 +12,12 @@ import weakref
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from .validation import valid_text
+
 Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
-Document = str | Sequence[int]
+# What a call drafts from: a text, or token ids (retrieval's loaded files and the
+# frameworks' documents are other types, turned into these by their adapters).
+DraftDocument = str | Sequence[int]
 
 _LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
@@ -91,30 +95,12 @@ def _apply_chat_template(tokenizer: Any, messages: list[dict[str, Any]],
     return list(ids)
 
 
-def encode_documents(tokenizer: Any, documents: Sequence[Document]) -> list[list[int]]:
-    """Documents -> token ids, repeats dropped. Documents are only drafted from, never
+def encode_documents(tokenizer: Any, documents: Sequence[DraftDocument]) -> list[list[int]]:
+    """Checked documents (:func:`ngram_trie_rag.validation.check_documents`) -> token ids,
+    repeats dropped, texts in one tokenizer call. Documents are only drafted from, never
     fed to the model, so any length is accepted (the trie's token bound applies)."""
-    if isinstance(documents, str):
-        raise TypeError("documents must be a list of strings or token-id lists, not a string")
     texts = [d for d in documents if isinstance(d, str)]
-    for i, d in enumerate(documents):
-        if isinstance(d, str) and not d.strip():
-            raise ValueError(f"document {i} is empty or whitespace")
-        if isinstance(d, str):
-            valid_text(d, f"document {i}")
-        if not isinstance(d, str) and len(d) == 0:
-            raise ValueError(f"document {i} has no tokens")
     with tokenizer_lock(tokenizer):
         encoded = iter(tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
     ids = [list(next(encoded)) if isinstance(d, str) else list(d) for d in documents]
     return unique_documents(ids)
-
-
-def valid_text(text: str, what: str) -> str:
-    """Reject strings that cannot be encoded (lone surrogates) with a clear message."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{what} is not valid Unicode text ({exc.reason} at character "
-                         f"{exc.start})") from None
-    return text

@@ -177,7 +177,9 @@ def check_documents(documents: Any, vocab_size: int) -> list[str | list[int]] | 
 
 def _document(i: int, doc: Any, vocab_size: int) -> str | list[int]:
     if isinstance(doc, str):
-        return doc
+        if not doc.strip():
+            raise ValueError(f"document {i} is empty or whitespace")
+        return valid_text(doc, f"document {i}")
     if isinstance(doc, _BYTES):
         raise TypeError(f"document {i} is bytes ({_shown(bytes(doc), 30)}): decode it to text "
                         "first, e.g. doc.decode('utf-8')")
@@ -192,6 +194,8 @@ def _document(i: int, doc: Any, vocab_size: int) -> str | list[int]:
             raise TypeError(f"document {i} must be a string or a list of token ids (ints); "
                             f"it holds {_shown(token)} ({_kind(token)})")
     ids = [int(t) for t in ids]
+    if not ids:
+        raise ValueError(f"document {i} has no tokens")
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
         raise ValueError(f"document {i} has token ids outside the vocabulary [0, {vocab_size}):"
@@ -242,3 +246,13 @@ def not_bool(name: str, value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a number, got {value}")
     return value
+
+
+def valid_text(text: str, what: str) -> str:
+    """Reject strings that cannot be encoded (lone surrogates) with a clear message."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid Unicode text ({exc.reason} at character "
+                         f"{exc.start})") from None
+    return text

@@ -13,12 +13,12 @@ import torch
 
 xgr = pytest.importorskip("xgrammar")
 
+from data_files import SHARED_DATA  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from ngram_trie_rag import DraftTree, SpeculativeGenerator  # noqa: E402
 from ngram_trie_rag.bench.data import load_items  # noqa: E402
 from ngram_trie_rag.grammar import Grammar, _retrieve_arrays, compiler_for  # noqa: E402
-from ngram_trie_rag.reference import shared_data_dir  # noqa: E402
 
 
 class Cited(BaseModel):
@@ -33,7 +33,7 @@ def gen() -> SpeculativeGenerator:
 
 @pytest.fixture(scope="module")
 def compiler(gen: SpeculativeGenerator):
-    return compiler_for(gen.tokenizer, gen._vocab_size())
+    return compiler_for(gen.tokenizer, gen.logits_width)
 
 
 def test_tree_layout_for_xgrammar() -> None:
@@ -130,7 +130,7 @@ def test_the_committed_mask_is_filled_once_per_step(gen, compiler,
 
 
 def _prompts(count: int) -> list:
-    return list(islice(load_items(shared_data_dir() / "hagrid" / "hagrid.jsonl"), count))
+    return list(islice(load_items(SHARED_DATA / "hagrid" / "hagrid.jsonl"), count))
 
 
 @pytest.mark.slow

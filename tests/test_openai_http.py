@@ -12,10 +12,10 @@ import socket
 import pytest
 
 from ngram_trie_rag.grammar import Grammar
+from ngram_trie_rag.options import GenerationOptions
 from ngram_trie_rag.serving import DOCUMENTS
 from ngram_trie_rag.serving.openai_http import (
     Delta,
-    GenerationOptions,
     OpenAIHTTPBackend,
     StreamAssembler,
     endpoint,
@@ -38,7 +38,7 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 
 # ---- request bodies ------------------------------------------------------------------------
 def test_chat_body_carries_messages_documents_and_options() -> None:
-    options = GenerationOptions(max_tokens=32, temperature=0.7, top_p=0.9, top_k=40,
+    options = GenerationOptions(max_new_tokens=32, temperature=0.7, top_p=0.9, top_k=40,
                                 stop=("\n\n",), seed=3)
     body = request_body("smollm2", CHAT, ["doc one", "doc two"], options, stream=True)
     assert body == {
@@ -53,7 +53,7 @@ def test_chat_body_carries_messages_documents_and_options() -> None:
 
 def test_completion_body_sends_only_what_differs_from_the_defaults() -> None:
     body = request_body("m", "Question: why?\nAnswer:", None, GenerationOptions(), stream=False)
-    assert body == {"model": "m", "prompt": "Question: why?\nAnswer:", "max_tokens": 256,
+    assert body == {"model": "m", "prompt": "Question: why?\nAnswer:", "max_tokens": 128,
                     "temperature": 0.0}
     # no documents: none sent, so the proposer drafts from the prompt
     assert "vllm_xargs" not in request_body("m", "p", [], GenerationOptions(), stream=False)
@@ -90,9 +90,11 @@ def test_documents_must_be_a_flat_list_of_strings() -> None:
 
 
 def test_options_are_checked() -> None:
-    with pytest.raises(ValueError, match="max_tokens"):
-        GenerationOptions(max_tokens=0)
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        GenerationOptions(max_new_tokens=0)
+    with pytest.raises(ValueError, match="max_tokens must be >= 1"):  # the caller's name
+        GenerationOptions(max_new_tokens=0, names={"max_new_tokens": "max_tokens"})
+    with pytest.raises(ValueError, match="empty string"):
         GenerationOptions(stop=("",))
 
 

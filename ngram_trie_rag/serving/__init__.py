@@ -14,7 +14,6 @@ _EXPORTS = {
     "RequestDrafters": ".request_drafters",
     "DOCUMENTS": ".vllm_proposer",
     "Delta": ".openai_http",
-    "GenerationOptions": ".openai_http",
     "OpenAIHTTPBackend": ".openai_http",
     "ServerError": ".openai_http",
     "VLLMEngine": ".vllm_local",
@@ -22,7 +21,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from .openai_http import Delta, GenerationOptions, OpenAIHTTPBackend, ServerError
+    from .openai_http import Delta, OpenAIHTTPBackend, ServerError
     from .request_drafters import RequestDrafters
     from .vllm_local import VLLMEngine, shared_vllm_engine
     from .vllm_proposer import DOCUMENTS
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DOCUMENTS",
     "Delta",
-    "GenerationOptions",
     "OpenAIHTTPBackend",
     "RequestDrafters",
     "ServerError",

@@ -31,13 +31,11 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..options import GenerationOptions
 from ..threads import iterate_blocking, run_blocking
 from .structured_outputs import structured_outputs
-
-if TYPE_CHECKING:
-    from ..grammar import Grammar
 from .vllm_proposer import DOCUMENTS
 
 DEFAULT_TIMEOUT_S = 600.0  # seconds a socket read may wait (a whole answer when not streaming)
@@ -45,29 +43,6 @@ ERROR_PREVIEW_CHARS = 500
 
 # A completion prompt (a string, tokenised as-is) or chat messages ({"role", "content"}).
 Prompt = str | Sequence[Mapping[str, Any]]
-
-
-@dataclass(frozen=True)
-class GenerationOptions:
-    """Sampling settings of one request, as the OpenAI API names them.
-
-    ``top_k`` 0 and ``top_p`` 1 keep every token and are not sent; ``seed`` ``None`` lets
-    the engine pick; ``grammar`` is sent as vLLM's ``structured_outputs``.
-    """
-
-    max_tokens: int = 256
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    stop: tuple[str, ...] = ()
-    seed: int | None = None
-    grammar: Grammar | None = None  # what the answer must match (vLLM's structured outputs)
-
-    def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if any(not s for s in self.stop):
-            raise ValueError("stop strings must be non-empty")
 
 
 @dataclass(frozen=True)
@@ -121,11 +96,11 @@ def request_body(model: str, prompt: Prompt, documents: Sequence[str] | None,
     ``documents`` must be a flat list of strings (vLLM's ``vllm_xargs`` takes nothing
     nested); empty or ``None`` sends none, and the proposer drafts from the prompt.
 
-    >>> request_body("m", "Hi", ["doc"], GenerationOptions(max_tokens=4), stream=False)
+    >>> request_body("m", "Hi", ["doc"], GenerationOptions(max_new_tokens=4), stream=False)
     {'model': 'm', 'max_tokens': 4, 'temperature': 0.0, 'prompt': 'Hi', \
 'vllm_xargs': {'ngram_trie_documents': ['doc']}}
     """
-    body: dict[str, Any] = {"model": model, "max_tokens": options.max_tokens,
+    body: dict[str, Any] = {"model": model, "max_tokens": options.max_new_tokens,
                             "temperature": options.temperature}
     if is_chat(prompt):
         body["messages"] = [dict(m) for m in prompt]

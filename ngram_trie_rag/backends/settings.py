@@ -1,0 +1,120 @@
+"""Which backend a wrapper's settings name, decided once, and the backend built from them.
+
+* ``"local"``: this package's speculative generator (tree drafts, exact per-step stats);
+* ``"vllm-server"``: a running vLLM OpenAI server (``base_url``), e.g. one started by
+  ``ngram-trie-rag serve``; each request carries its documents;
+* ``"vllm"``: vLLM's ``AsyncLLM`` in this process, shared per model and engine arguments.
+
+Settings that only one place reads are refused elsewhere rather than silently ignored (a
+pinned ``num_draft`` that vLLM never sees would mislead). The names here are the core's;
+a wrapper passes its own spelling for messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..answer_scopes import SETTINGS as ANSWER_SETTINGS
+from ..serving.openai_http import DEFAULT_TIMEOUT_S
+from ..serving.server import DEFAULT_K
+from .protocol import Backend
+
+Place = Literal["local", "vllm", "vllm-server"]
+BACKENDS = ("local", "vllm")
+# Settings (core names) that only one place reads; a server reads none of its own
+# (api_key is not refused elsewhere: generic callers set one for all).
+ONLY_FOR: dict[Place, tuple[str, ...]] = {
+    "local": ("generator", "device", "dtype", "n", "prefix_len", "num_draft", "method",
+              "repetition_stop", *ANSWER_SETTINGS),
+    "vllm": ("vllm_engine_args", "num_speculative_tokens"),
+    "vllm-server": (),
+}
+DESCRIBED = {"local": "this package's engine", "vllm": "vLLM in this process",
+             "vllm-server": "a vLLM server"}
+
+
+def place(backend: str, base_url: str | None, backend_was_set: bool) -> Place:
+    """Where calls run, or a ValueError saying why these settings contradict."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: use 'local' or 'vllm' (or base_url "
+                         "for a running vLLM server)")
+    if base_url is None:
+        return "local" if backend == "local" else "vllm"
+    if backend == "vllm" or backend_was_set:
+        raise ValueError(f"base_url and backend={backend!r} exclude each other: base_url "
+                         "sends requests to a running vLLM server, backend='vllm' starts "
+                         "vLLM in this process and backend='local' runs this package's engine")
+    return "vllm-server"
+
+
+def check_settings(where: Place, given: Iterable[str],
+                   names: Mapping[str, str] | None = None) -> None:
+    """Refuse settings (core names, ``names`` their caller's spelling) that only another
+    place reads."""
+    names = names or {}
+    given = set(given)
+    foreign = sorted(names.get(name, name) for other, only in ONLY_FOR.items()
+                     if other != where for name in only if name in given)
+    if foreign:
+        raise ValueError(f"{', '.join(foreign)} cannot be used where calls run on {where!r} "
+                         f"({DESCRIBED[where]})")
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """What a wrapper knows about where its calls run (core names; see the wrappers'
+    field docs). ``generator``: an already built ``SpeculativeGenerator``, used as is."""
+
+    model: str | None = None
+    backend: str = "local"
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    request_timeout: float = DEFAULT_TIMEOUT_S
+    vllm_engine_args: Mapping[str, Any] | None = None
+    num_speculative_tokens: int = DEFAULT_K
+    device: str | None = None
+    dtype: str | None = None
+    n: int = 13
+    prefix_len: int = 3
+    generator: Any = None
+    backend_was_set: bool = False
+
+    @property
+    def place(self) -> Place:
+        return place(self.backend, self.base_url, self.backend_was_set)
+
+
+def open_backend(settings: BackendSettings) -> Backend:
+    """The backend these settings name. Nothing loads or connects until the first call
+    (a local model loads once per process and is shared, see :func:`shared_generator`)."""
+    where = settings.place
+    if where == "local":
+        from .local import LocalBackend
+
+        if settings.generator is not None:
+            return LocalBackend(settings.generator)
+
+        def load() -> Any:
+            from ..shared import shared_generator
+
+            return shared_generator(settings.model, device=settings.device,
+                                    dtype=settings.dtype, n=settings.n,
+                                    prefix_len=settings.prefix_len)
+
+        return LocalBackend(load)
+    from .vllm import VLLMBackend
+
+    if where == "vllm-server":
+        from ..serving.openai_http import OpenAIHTTPBackend
+
+        assert settings.base_url is not None
+        return VLLMBackend(OpenAIHTTPBackend(settings.base_url, settings.model,
+                                             api_key=settings.api_key,
+                                             timeout=settings.request_timeout))
+    from ..serving.vllm_local import shared_vllm_engine
+
+    return VLLMBackend(shared_vllm_engine(
+        settings.model, num_speculative_tokens=settings.num_speculative_tokens,
+        engine_args=settings.vllm_engine_args))
