@@ -41,7 +41,7 @@ def main(question: str, max_tokens: int = 96) -> None:
 
     llm.invoke("Hi", max_tokens=1)  # load the model before timing
     answers = []
-    for label, model in (("plain decoding", llm.bind(draft_method="none")),
+    for label, model in (("plain decoding", llm.bind(method="none")),
                          ("drafted from documents", llm)):
         start = time.perf_counter()
         message = (rag | model).invoke(question)

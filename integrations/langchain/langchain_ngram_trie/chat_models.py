@@ -26,14 +26,16 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from ngram_trie_rag.backends import Answer, Delta
 
+from .calls import Call, make_call
 from .messages import to_chat, with_instruction
-from .metadata import Answer, message_metadata
-from .output_format import OutputFormat, pop_output_format
+from .metadata import message_metadata
+from .output_format import pop_output_format
 from .registry import call_run_ids
-from .settings import NGramTrieSettings, Request
+from .settings import NGramTrieSettings
 from .structured import Method, structured_runnable
-from .tools import reply_tool_calls, tool_call_chunks, tool_choice_name, tool_specs
+from .tools import as_tool_calls, tool_call_chunks, tool_choice_name, tool_specs
 
 
 class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
@@ -128,24 +130,23 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
         return structured_runnable(self, schema, method, include_raw)
 
     # ---- whole answers ----------------------------------------------------------------------
-    def _chat_request(self, messages: list[BaseMessage], stop: list[str] | None,
-                      run_manager: Any,
-                      kwargs: dict[str, Any]) -> tuple[Request, OutputFormat | None]:
-        """The request, and the shape its answer must take (``None``: free text)."""
+    def _chat_call(self, messages: list[BaseMessage], stop: list[str] | None,
+                   run_manager: Any, kwargs: dict[str, Any]) -> Call:
+        """The call: the messages in chat form, under the grammar of the answer's shape
+        (bound tools, a response format) with its instruction added, when one is asked."""
         kwargs = dict(kwargs)
         output = pop_output_format(kwargs)
         chat = with_instruction(to_chat(messages), output.instruction if output else None)
-        request = self._request(chat, stop, kwargs, *call_run_ids(run_manager))
-        if output is not None and output.grammar is not None:
-            request.options["grammar"] = output.grammar
-        return request, output
+        return make_call(self, chat, stop, kwargs, call_run_ids(run_manager),
+                         grammar=output.grammar if output else None,
+                         tool_reply=bool(output and output.tools))
 
     @staticmethod
-    def _result(answer: Answer, output: OutputFormat | None) -> ChatResult:
-        metadata = message_metadata(answer)
-        if output is not None and output.tools:
-            content, calls = reply_tool_calls(answer.text)
-            message = AIMessage(content=content, tool_calls=calls, **metadata)
+    def _result(answer: Answer, call: Call) -> ChatResult:
+        metadata = message_metadata(answer, call.draft)
+        if call.request.tool_reply:
+            message = AIMessage(content=answer.content or "",
+                                tool_calls=as_tool_calls(answer.tool_calls), **metadata)
         else:
             message = AIMessage(content=answer.text, **metadata)
         return ChatResult(generations=[ChatGeneration(message=message)])
@@ -153,55 +154,52 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,
                   **kwargs: Any) -> ChatResult:
-        request, output = self._chat_request(messages, stop, run_manager, kwargs)
-        return self._result(self._generate_one(request), output)
+        call = self._chat_call(messages, stop, run_manager, kwargs)
+        return self._result(self.engine.complete(call.request), call)
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
-        request, output = self._chat_request(messages, stop, run_manager, kwargs)
-        return self._result(await self._agenerate_one(request), output)
+        call = self._chat_call(messages, stop, run_manager, kwargs)
+        return self._result(await self.engine.acomplete(call.request), call)
 
     # ---- streams ----------------------------------------------------------------------------
     @staticmethod
-    def _chunk(delta: str, answer: Answer | None) -> ChatGenerationChunk:
-        """A text delta, or the empty last chunk carrying usage and metadata (merging
-        chunks would concatenate strings repeated on every chunk)."""
+    def _chunks(delta: Delta, call: Call) -> Iterator[ChatGenerationChunk]:
+        """Text deltas as chunks, then an empty last chunk carrying usage and metadata
+        (merging chunks would concatenate strings repeated on every chunk).
+
+        A tool-call reply comes as that last chunk alone: its JSON is the format, not the
+        answer, so it is not streamed as text; the calls come as ``tool_call_chunks``."""
+        tool_reply = call.request.tool_reply
+        if delta.text and not tool_reply:
+            yield ChatGenerationChunk(message=AIMessageChunk(content=delta.text))
+        answer = delta.answer
         if answer is None:
-            return ChatGenerationChunk(message=AIMessageChunk(content=delta))
-        return ChatGenerationChunk(message=AIMessageChunk(
-            content="", chunk_position="last", **message_metadata(answer)))
-
-    @staticmethod
-    def _calls_chunk(answer: Answer) -> ChatGenerationChunk:
-        """A tool-call reply as one last chunk: its JSON is the format, not the answer, so
-        it is not streamed as text; the calls come as ``tool_call_chunks``."""
-        content, calls = reply_tool_calls(answer.text)
-        return ChatGenerationChunk(message=AIMessageChunk(
-            content=content, tool_call_chunks=tool_call_chunks(calls), chunk_position="last",
-            **message_metadata(answer)))
-
-    @classmethod
-    def _chunks(cls, delta: str, answer: Answer | None,
-                output: OutputFormat | None) -> Iterator[ChatGenerationChunk]:
-        if output is None or not output.tools:
-            yield cls._chunk(delta, answer)
-        elif answer is not None:
-            yield cls._calls_chunk(answer)
+            return
+        metadata = message_metadata(answer, call.draft)
+        if tool_reply:
+            calls = tool_call_chunks(as_tool_calls(answer.tool_calls))
+            yield ChatGenerationChunk(message=AIMessageChunk(
+                content=answer.content or "", tool_call_chunks=calls, chunk_position="last",
+                **metadata))
+        else:
+            yield ChatGenerationChunk(message=AIMessageChunk(
+                content="", chunk_position="last", **metadata))
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,
                 **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        request, output = self._chat_request(messages, stop, run_manager, kwargs)
-        with closing(self._deltas(request)) as pairs:  # leaving early frees the model
-            for delta, answer in pairs:
-                yield from self._chunks(delta, answer, output)
+        call = self._chat_call(messages, stop, run_manager, kwargs)
+        with closing(self.engine.stream(call.request)) as deltas:  # leaving early frees it
+            for delta in deltas:
+                yield from self._chunks(delta, call)
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        request, output = self._chat_request(messages, stop, run_manager, kwargs)
-        async with aclosing(self._adeltas(request)) as pairs:
-            async for delta, answer in pairs:
-                for chunk in self._chunks(delta, answer, output):
+        call = self._chat_call(messages, stop, run_manager, kwargs)
+        async with aclosing(await self.engine.astream(call.request)) as deltas:
+            async for delta in deltas:
+                for chunk in self._chunks(delta, call):
                     yield chunk

@@ -15,12 +15,12 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from uuid import UUID
 
 from langchain_core.documents import Document
 from ngram_trie_rag.inputs import unique_documents
+from ngram_trie_rag.validation import refuse_bytes
 
-from .registry import document_registry
+from .retrieved import Retrieved
 from .scopes import retriever_scope
 
 DocumentOrigin = Literal["argument", "retriever", "prompt"]
@@ -28,7 +28,9 @@ PREVIEW_CHARS = 80
 
 
 def as_documents(items: Any) -> list[Document]:
-    """Strings or ``Document`` objects -> ``Document`` objects; anything else is an error."""
+    """Strings or ``Document`` objects -> ``Document`` objects; anything else is an error
+    (bytes with a hint to decode them). Their content is checked where it is encoded."""
+    refuse_bytes(items)
     if isinstance(items, (str, Document)) or not isinstance(items, Sequence):
         raise TypeError("documents must be a list of strings or Documents, "
                         f"got {type(items).__name__}")
@@ -75,29 +77,27 @@ class DraftDocuments:
 
     @property
     def texts(self) -> list[str] | None:
-        """The generator's ``documents`` argument (``None`` = draft from the prompt)."""
+        """The request's ``documents`` (``None`` = draft from the prompt)."""
         return [d.page_content for d in self.documents] if self.documents else None
 
     def describe(self) -> list[dict[str, Any]]:
         return [describe(d) for d in self.documents]
 
 
-def choose_documents(explicit: Any, run_id: UUID | None, parent_run_id: UUID | None,
-                     use_retrieved: bool = True) -> DraftDocuments:
-    """Explicit documents, else the chain's retrieved ones, else the prompt.
+def choose_documents(explicit: Any, retrieved: Retrieved | None) -> DraftDocuments:
+    """Explicit documents, else the chain's ``retrieved`` ones, else the prompt.
 
     ``explicit`` is ``None`` when the caller passed none; an explicit empty list means
-    "draft from the prompt" even inside a retrieval chain.
+    "draft from the prompt" even inside a retrieval chain. ``retrieved`` is ``None`` when
+    no retriever ran for the call (or the call does not use retrieved documents).
     """
     if explicit is not None:
         docs = draftable(as_documents(explicit))
         return DraftDocuments(docs, "argument" if docs else "prompt")
-    if use_retrieved:
-        found = document_registry().retrieved(run_id, parent_run_id)
-        if found is not None:
-            # A retriever ran for this call: it is in the retriever's scope even when
-            # nothing draftable came back.
-            scopes = tuple(retriever_scope(name, meta) for name, meta in found.retrievers)
-            docs = draftable(found.documents)
-            return DraftDocuments(docs, "retriever" if docs else "prompt", scopes)
+    if retrieved is not None:
+        # A retriever ran for this call: it is in the retriever's scope even when nothing
+        # draftable came back.
+        scopes = tuple(retriever_scope(name, meta) for name, meta in retrieved.retrievers)
+        docs = draftable(retrieved.documents)
+        return DraftDocuments(docs, "retriever" if docs else "prompt", scopes)
     return DraftDocuments()

@@ -19,11 +19,12 @@ from langchain_core.callbacks import (
 from langchain_core.language_models import BaseLLM, LangSmithParams, LanguageModelInput
 from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 from langchain_core.runnables import Runnable, RunnableConfig
-from ngram_trie_rag.threads import run_blocking
+from ngram_trie_rag.backends import Answer, Delta
 
-from .metadata import Answer, generation_info, usage_metadata
+from .calls import Call, make_call
+from .metadata import generation_info, usage_metadata
 from .registry import call_run_ids
-from .settings import NGramTrieSettings, Request
+from .settings import NGramTrieSettings
 
 
 class NGramTrieLLM(NGramTrieSettings, BaseLLM):
@@ -74,75 +75,74 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
                                      return_exceptions=return_exceptions, **kwargs)
 
     # ---- whole answers ----------------------------------------------------------------------
-    def _requests(self, prompts: list[str], stop: list[str] | None, run_manager: Any,
-                  kwargs: dict[str, Any]) -> list[Request]:
+    def _calls(self, prompts: list[str], stop: list[str] | None, run_manager: Any,
+               kwargs: dict[str, Any]) -> list[Call]:
         # With several prompts only the first one's run is known here (see the module
         # docstring), so retrieved documents are used for single-prompt calls only; the
         # scope named in the metadata is every prompt's (one config for the whole call).
         ids = call_run_ids(run_manager)
-        return [self._request(p, stop, kwargs, *ids, retrieved=len(prompts) == 1)
+        return [make_call(self, p, stop, kwargs, ids, retrieved=len(prompts) == 1)
                 for p in prompts]
 
-    def _answers(self, requests: list[Request]) -> LLMResult:
-        return self._result([self._generate_one(request) for request in requests])
-
     @staticmethod
-    def _result(answers: list[Answer]) -> LLMResult:
+    def _result(answers: list[Answer], calls: list[Call]) -> LLMResult:
         generations: list[list[Generation]] = []
         totals = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
         model_name = ""
-        for answer in answers:
+        for answer, call in zip(answers, calls, strict=True):
             model_name = answer.model_name
             usage = usage_metadata(answer)
             for key in totals:
                 totals[key] += usage[key]
-            generations.append([Generation(text=answer.text,
-                                           generation_info=generation_info(answer))])
+            generations.append([Generation(
+                text=answer.text, generation_info=generation_info(answer, call.draft))])
         return LLMResult(generations=generations,
                          llm_output={"token_usage": totals, "model_name": model_name})
 
     def _generate(self, prompts: list[str], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,
                   **kwargs: Any) -> LLMResult:
-        return self._answers(self._requests(prompts, stop, run_manager, kwargs))
+        calls = self._calls(prompts, stop, run_manager, kwargs)
+        return self._result([self.engine.complete(c.request) for c in calls], calls)
 
     async def _agenerate(self, prompts: list[str], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> LLMResult:
-        requests = self._requests(prompts, stop, run_manager, kwargs)
-        if self.runs_on == "local":
-            return await run_blocking(self._answers, requests)
-        # vLLM takes them all at once and batches them.
-        return self._result(list(await asyncio.gather(
-            *(self._agenerate_one(request) for request in requests))))
+        calls = self._calls(prompts, stop, run_manager, kwargs)
+        # All at once: vLLM batches them; the local engine takes them in turn.
+        answers = await asyncio.gather(*(self.engine.acomplete(c.request) for c in calls))
+        return self._result(list(answers), calls)
 
     # ---- streams ----------------------------------------------------------------------------
     @staticmethod
-    def _chunk(delta: str, answer: Answer | None) -> GenerationChunk:
-        """A text delta, or the empty last chunk whose ``generation_info`` has the stats."""
-        if answer is None:
-            return GenerationChunk(text=delta)
-        return GenerationChunk(text="", generation_info={
-            **generation_info(answer), "model_name": answer.model_name})
+    def _chunks(delta: Delta, call: Call) -> Iterator[GenerationChunk]:
+        """A text delta as a chunk; the answer as an empty last chunk whose
+        ``generation_info`` has the stats."""
+        if delta.text:
+            yield GenerationChunk(text=delta.text)
+        if delta.answer is not None:
+            yield GenerationChunk(text="", generation_info={
+                **generation_info(delta.answer, call.draft),
+                "model_name": delta.answer.model_name})
 
     def _stream(self, prompt: str, stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,
                 **kwargs: Any) -> Iterator[GenerationChunk]:
-        request = self._request(prompt, stop, kwargs, *call_run_ids(run_manager))
-        with closing(self._deltas(request)) as pairs:  # leaving early frees the model
-            for delta, answer in pairs:
-                chunk = self._chunk(delta, answer)
-                if run_manager is not None and chunk.text:
-                    run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-                yield chunk
+        call = make_call(self, prompt, stop, kwargs, call_run_ids(run_manager))
+        with closing(self.engine.stream(call.request)) as deltas:  # leaving early frees it
+            for delta in deltas:
+                for chunk in self._chunks(delta, call):
+                    if run_manager is not None and chunk.text:
+                        run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                    yield chunk
 
     async def _astream(self, prompt: str, stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[GenerationChunk]:
-        request = self._request(prompt, stop, kwargs, *call_run_ids(run_manager))
-        async with aclosing(self._adeltas(request)) as pairs:
-            async for delta, answer in pairs:
-                chunk = self._chunk(delta, answer)
-                if run_manager is not None and chunk.text:
-                    await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-                yield chunk
+        call = make_call(self, prompt, stop, kwargs, call_run_ids(run_manager))
+        async with aclosing(await self.engine.astream(call.request)) as deltas:
+            async for delta in deltas:
+                for chunk in self._chunks(delta, call):
+                    if run_manager is not None and chunk.text:
+                        await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                    yield chunk

@@ -3,7 +3,7 @@
 Tools arrive in any form LangChain accepts (``BaseTool``, Pydantic and TypedDict classes,
 functions, OpenAI dicts) and leave as :class:`ToolSpec`; ``tool_choice`` arrives in
 LangChain's, OpenAI's or Anthropic's spelling and leaves as the core's choice string; a
-reply leaves as the ``tool_calls`` / ``tool_call_chunks`` of an AI message.
+reply's parsed calls leave as the ``tool_calls`` / ``tool_call_chunks`` of an AI message.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 from langchain_core.messages import ToolCall, ToolCallChunk
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from ngram_trie_rag.tool_calls import ToolSpec, parse_reply
+from ngram_trie_rag.tool_calls import ToolCall as CoreToolCall
+from ngram_trie_rag.tool_calls import ToolSpec
 
 
 def tool_specs(tools: Sequence[Any]) -> list[ToolSpec]:
@@ -52,12 +53,10 @@ def tool_choice_name(choice: Any, names: Sequence[str]) -> str:
                      f"nor a bound tool's name; tools: {list(names)}")
 
 
-def reply_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """A reply under the tool-call grammar -> (content, tool calls with fresh ids). A reply
-    cut by the token limit is not JSON: it comes back as content, with no calls."""
-    content, calls = parse_reply(text)
-    return content, [ToolCall(name=c.name, args=c.arguments, id=c.id, type="tool_call")
-                     for c in calls]
+def as_tool_calls(calls: Sequence[CoreToolCall]) -> list[ToolCall]:
+    """The calls parsed from a reply under the tool-call grammar (a reply cut by the token
+    limit has none) as an AI message's ``tool_calls``."""
+    return [ToolCall(name=c.name, args=c.arguments, id=c.id, type="tool_call") for c in calls]
 
 
 def tool_call_chunks(calls: Sequence[ToolCall]) -> list[ToolCallChunk]:

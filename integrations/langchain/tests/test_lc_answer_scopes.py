@@ -20,6 +20,7 @@ from langchain_ngram_trie import (
     NGramTrieRetriever,
     document_registry,
 )
+from langchain_ngram_trie.calls import make_call
 
 TOKENS = 24
 SHORT = 8  # answers of calls that only exercise the bookkeeping
@@ -188,18 +189,10 @@ def test_a_seeded_sample_skips_its_scope():
     assert spec(unseeded.response_metadata)["answer_scope"] == "s"
 
 
+# The whole table of bad settings runs against the shared settings in
+# tests/test_wrapper_settings.py; here, that both classes check with them.
 @pytest.mark.parametrize(("settings", "error", "message"), [
     ({"max_answer_scopes": 0}, ValueError, "max_answer_scopes must be >= 1"),
-    ({"max_answer_scopes": 2.5}, TypeError, "max_answer_scopes must be an integer"),
-    ({"max_tokens_per_scope": True}, TypeError, "max_tokens_per_scope must be an integer"),
-    ({"remember_answers": "yes"}, TypeError, "remember_answers must be True or False"),
-    ({"answer_store": [[1, 2, 3]]}, TypeError, "answer_store must be an AnswerStore"),
-    ({"answer_store": AnswerStore(), "remember_answers": False}, ValueError,
-     "answer_store and remember_answers=False contradict"),
-    ({"answer_store": AnswerStore(), "max_answer_scopes": 4}, ValueError,
-     "max_answer_scopes bound the per-scope stores"),
-    ({"base_url": URL, "remember_answers": False}, ValueError,
-     "remember_answers cannot be used where calls run on 'vllm-server'"),
     ({"backend": "vllm", "answer_store": AnswerStore()}, ValueError,
      "answer_store cannot be used where calls run on 'vllm'"),
 ])
@@ -216,6 +209,6 @@ def test_a_bad_scope_name_fails_clearly_and_vllm_keeps_no_answers():
     with pytest.raises(ValueError, match="must not be empty"):
         llm.invoke(COLORS, config=named(" "))
     server = ChatNGramTrie(base_url=URL, model="m")  # the default: silently unused
-    request = server._request(COLORS, None, {}, None, None)
-    assert request.answer_store is None and request.draft.answer_scope is None
+    call = make_call(server, COLORS, None, {}, (None, None))
+    assert call.request.options.answer_store is None and call.draft.answer_scope is None
     assert document_registry().size == 0

@@ -128,5 +128,28 @@ def test_bad_numbers_and_bytes_are_clear_errors(llm, kwargs, error, message):
 def test_numeric_fields_refuse_bools_and_nan():
     with pytest.raises(ValueError, match="max_tokens must be a number, got True"):
         ChatNGramTrie(max_tokens=True)
+    with pytest.raises(ValueError, match="max_tokens must be >= 1, got 0"):  # the field's name
+        ChatNGramTrie(max_tokens=0)
     with pytest.raises(ValueError, match="temperature"):
         ChatNGramTrie(temperature=float("nan"))
+
+
+def test_method_and_its_deprecated_spelling_draft_method(llm):
+    plain = llm.invoke(QUESTION, method="none", max_tokens=6)
+    assert spec(plain)["method"] == "none"
+    deprecated = "'draft_method' is deprecated; use 'method'"
+    with pytest.warns(DeprecationWarning, match=deprecated):
+        old = llm.invoke(QUESTION, draft_method="none", max_tokens=6)
+    with pytest.warns(DeprecationWarning, match=deprecated):
+        bound = llm.bind(draft_method="none").invoke(QUESTION, max_tokens=6)
+    assert spec(old)["method"] == spec(bound)["method"] == "none"
+    assert old.content == bound.content == plain.content
+    with pytest.warns(DeprecationWarning, match=deprecated):
+        chain = ChatNGramTrie(max_tokens=6, draft_method="chain")
+    assert chain.method == "chain" and "draft_method" not in chain.model_fields_set
+    assert spec(chain.invoke(QUESTION))["method"] == "chain"
+    assert spec(ChatNGramTrie(max_tokens=6, method="chain").invoke(QUESTION))["method"] == "chain"
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="name one setting"):
+        ChatNGramTrie(method="trie", draft_method="chain")
+    with pytest.raises(ValueError, match="unknown draft method 'beam'"):
+        llm.invoke(QUESTION, method="beam")

@@ -46,7 +46,8 @@ class KeepLast(BaseRetriever):
 
 def seen_ids(_: object) -> list[str] | None:
     """What a model call at this point would draft from (ids), or None for the prompt."""
-    draft = choose_documents(None, *call_run_ids(None))
+    found = document_registry().lookup(*call_run_ids(None))
+    draft = choose_documents(None, found.retrieved)
     return [d.id for d in draft.documents] if draft.origin == "retriever" else None
 
 

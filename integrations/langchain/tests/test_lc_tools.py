@@ -9,11 +9,12 @@ import json
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
+from ngram_trie_rag.backends import Answer
 from pydantic import BaseModel, Field
 
 from langchain_ngram_trie import ChatNGramTrie
 from langchain_ngram_trie.messages import to_chat, with_instruction
-from langchain_ngram_trie.tools import reply_tool_calls, tool_choice_name
+from langchain_ngram_trie.tools import as_tool_calls, tool_choice_name
 
 WEATHER_QUESTION = "What is the weather in Paris?"
 
@@ -75,7 +76,7 @@ async def test_async_calls_match_the_sync_ones(llm) -> None:
 def test_the_grammar_keeps_speculative_answers_equal_to_plain_decoding(llm) -> None:
     bound = llm.bind_tools([search_docs, get_weather])
     fast = bound.invoke(WEATHER_QUESTION)
-    plain = bound.invoke(WEATHER_QUESTION, draft_method="none")
+    plain = bound.invoke(WEATHER_QUESTION, method="none")
     assert fast.tool_calls[0]["args"] == plain.tool_calls[0]["args"]
     assert fast.usage_metadata == plain.usage_metadata
     assert plain.response_metadata["speculative"]["method"] == "none"
@@ -139,11 +140,15 @@ def test_tool_choice_spellings() -> None:
 
 
 def test_replies_parse_into_content_or_calls() -> None:
-    assert reply_tool_calls('{"content": "Hi!"}') == ("Hi!", [])
-    content, calls = reply_tool_calls(
+    def reply(text: str) -> tuple[str | None, list]:
+        answer = Answer(text, "eos", 1, 1, "m", "local", {}).parsed()
+        return answer.content, as_tool_calls(answer.tool_calls)
+
+    assert reply('{"content": "Hi!"}') == ("Hi!", [])
+    content, calls = reply(
         '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}')
-    assert content == "" and calls[0]["args"] == {"city": "Oslo"}
-    assert reply_tool_calls('{"tool_calls": [{"na') == ('{"tool_calls": [{"na', [])
+    assert content == "" and calls[0]["args"] == {"city": "Oslo"} and calls[0]["id"]
+    assert reply('{"tool_calls": [{"na') == ('{"tool_calls": [{"na', [])
 
 
 def test_tool_turns_render_as_the_model_writes_and_reads_them() -> None:
