@@ -166,18 +166,10 @@ def test_a_seeded_sample_skips_its_scope():
     assert unseeded.additional_kwargs["speculative"]["answer_scope"] == "s"
 
 
+# The whole table of bad settings runs against the shared settings in
+# tests/test_wrapper_settings.py; here, that this class checks with them.
 @pytest.mark.parametrize(("settings", "error", "message"), [
-    ({"max_answer_scopes": 0}, ValueError, "max_answer_scopes must be >= 1"),
-    ({"max_answer_scopes": 2.5}, TypeError, "max_answer_scopes must be an integer"),
-    ({"max_tokens_per_scope": True}, TypeError, "max_tokens_per_scope must be an integer"),
     ({"remember_answers": "yes"}, TypeError, "remember_answers must be True or False"),
-    ({"answer_store": [[1, 2, 3]]}, TypeError, "answer_store must be an AnswerStore"),
-    ({"answer_store": AnswerStore(), "remember_answers": False}, ValueError,
-     "answer_store and remember_answers=False contradict"),
-    ({"answer_store": AnswerStore(), "max_tokens_per_scope": 9}, ValueError,
-     "max_tokens_per_scope bound the per-scope stores"),
-    ({"base_url": URL, "remember_answers": False}, ValueError,
-     "remember_answers cannot be used where calls run on 'vllm-server'"),
     ({"backend": "vllm", "max_answer_scopes": 4}, ValueError,
      "max_answer_scopes cannot be used where calls run on 'vllm'"),
 ])
@@ -194,5 +186,5 @@ def test_a_bad_scope_name_fails_clearly_and_vllm_keeps_no_answers():
         llm.complete(COLORS)
     server = NGramTrieLLM(base_url=URL, model_name="m")  # the default: silently unused
     with named("s"):
-        request = server._request(COLORS, {})
-    assert request.answer_store is None and request.source.answer_scope is None
+        call = server._call(COLORS, {})
+    assert call.request.options.answer_store is None and call.source.answer_scope is None

@@ -17,6 +17,7 @@ from typing import Literal
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 from ngram_trie_rag.inputs import unique_documents
+from ngram_trie_rag.validation import refuse_bytes
 
 from .tracking import get_tracker
 
@@ -36,7 +37,7 @@ class DraftSource:
 
     @property
     def documents(self) -> list[str] | None:
-        """What the generator takes: ``None`` drafts from the prompt."""
+        """What the backend takes: ``None`` drafts from the prompt."""
         return list(self.texts) if self.texts else None
 
 
@@ -44,10 +45,12 @@ def to_draft_source(items: Iterable[DraftItem], origin: DraftOrigin) -> DraftSou
     """Texts (with node ids where known) of strings, nodes or scored nodes.
 
     Empty or whitespace texts (e.g. an image node) are skipped: there is nothing to draft
-    from in them, and the generator rejects them. Repeated texts are kept once (first
+    from in them, and the core rejects them. Repeated texts are kept once (first
     occurrence), so the node ids reported name the texts the trie was built from. With no
-    text left the prompt is the draft source.
+    text left the prompt is the draft source. Bytes are refused with a hint to decode
+    them; the texts themselves are checked where the backend encodes them.
     """
+    refuse_bytes(items)
     if isinstance(items, str | BaseNode | NodeWithScore):
         items = [items]
     found: list[tuple[str, str | None]] = []
@@ -63,7 +66,7 @@ def to_draft_source(items: Iterable[DraftItem], origin: DraftOrigin) -> DraftSou
             )
         if text.strip():
             found.append((text, node_id))
-    if not found:  # nothing usable: the generator drafts from the prompt
+    if not found:  # nothing usable: the backend drafts from the prompt
         return DraftSource("prompt")
     texts, ids = zip(*unique_documents(found, key=lambda pair: pair[0]), strict=True)
     return DraftSource(origin, texts, ids)

@@ -27,7 +27,7 @@ TOOL_REPLY = "tool_reply"
 
 
 class ToolCalling:
-    """Mixed into ``NGramTrieLLM`` (which provides ``runs_on`` and ``chat``)."""
+    """Mixed into ``NGramTrieLLM`` (which provides ``chat``)."""
 
     def _prepare_chat_with_tools(
         self,

@@ -56,7 +56,7 @@ def parse_response(response: ChatResponse, output_cls: type[Model]) -> Model:
 
 class StructuredOutput:
     """``structured_predict`` and its async / streaming variants under the output class's
-    grammar. Mixed into ``NGramTrieLLM`` (which provides ``chat``, ``runs_on``, ...)."""
+    grammar. Mixed into ``NGramTrieLLM`` (which provides ``chat``, ``achat``, ...)."""
 
     def _structured_call(self, output_cls: type[BaseModel], prompt: BasePromptTemplate,
                          llm_kwargs: dict[str, Any] | None,

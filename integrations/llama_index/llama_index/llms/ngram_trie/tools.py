@@ -101,15 +101,19 @@ def with_tools_prompt(messages: Sequence[ChatMessage], specs: Sequence[ToolSpec]
 
 
 # ---- reply -> LlamaIndex --------------------------------------------------------------
-def reply_message(text: str) -> ChatMessage:
+def reply_message(text: str,
+                  parsed: tuple[str, Sequence[ToolCall]] | None = None) -> ChatMessage:
     """An assistant message from a reply: its content, and its calls both as
     ``ToolCallBlock``s and in ``additional_kwargs["tool_calls"]``.
 
-    A reply cut by the token limit is not valid JSON: its complete calls are kept (a
-    small model allowed parallel calls tends to repeat one until the limit), or the
-    answer text written so far; anything else stays as the raw text.
+    ``parsed``: the reply's (content, calls) when the backend parsed it already (parsing
+    again would name the calls with new ids). A reply cut by the token limit is not valid
+    JSON: its complete calls are kept (a small model allowed parallel calls tends to
+    repeat one until the limit), or the answer text written so far; anything else stays
+    as the raw text.
     """
-    content, calls = parse_reply(text)
+    content, calls = parsed if parsed is not None else parse_reply(text)
+    calls = list(calls)
     if not calls and content == text:  # not a reply object: cut, most likely
         calls = complete_calls(text)
         content = "" if calls else (streamed_content(text) or text)

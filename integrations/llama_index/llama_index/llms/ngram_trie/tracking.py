@@ -29,24 +29,20 @@ Every record is dropped when its span exits or is dropped, so nothing outlives t
 Streaming trap: a streaming synthesizer may return a lazy generator that calls the LLM only
 when the caller first reads it, after every span of the query has closed. So when
 ``synthesize`` returns a ``StreamingResponse``, its ``response_gen`` is wrapped to carry the
-nodes, their scope and the query's instrument tags into each read (ContextVars set only
-while the wrapped generator runs).
+nodes, their scope and the query's instrument tags into each read (see ``carry``).
 """
 
 from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.dispatcher import active_instrument_tags, instrument_tags
+from llama_index.core.instrumentation.dispatcher import active_instrument_tags
 from llama_index.core.instrumentation.span import BaseSpan, active_span_id
 from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
@@ -55,6 +51,7 @@ from llama_index.core.schema import NodeWithScore
 from ngram_trie_rag.answer_scopes import joined_scope, object_scope
 from pydantic import PrivateAttr
 
+from .carry import STREAMED, Retrieved, carry
 from .scopes import retriever_scope
 
 _UUID_SUFFIX = 37  # span ids are f"{Class}.{method}-{uuid4()}": a dash and 36 characters
@@ -65,14 +62,6 @@ _POSTPROCESS = frozenset({"_postprocess_nodes", "_apostprocess_nodes"})
 
 def _method_name(span_id: str) -> str:
     return span_id[:-_UUID_SUFFIX].rsplit(".", 1)[-1]
-
-
-@dataclass(frozen=True)
-class Retrieved:
-    """The nodes a call drafts from, and the answer scope of the retrievals above it."""
-
-    nodes: list[NodeWithScore]
-    scope: str | None = None
 
 
 class RetrievedNodesTracker(BaseSpanHandler[BaseSpan]):
@@ -118,7 +107,7 @@ class RetrievedNodesTracker(BaseSpanHandler[BaseSpan]):
                 self._scopes[parent] = self._scopes.get(parent, frozenset()) | scopes
             if nodes is not None and isinstance(result, StreamingResponse | AsyncStreamingResponse):
                 carried = Retrieved(nodes, self._scope_above(parent))
-                result.response_gen = _carry(result.response_gen, carried,
+                result.response_gen = carry(result.response_gen, carried,
                                              dict(active_instrument_tags.get() or {}))
             if open_parent and _is_node_list(result) and (
                 retrieving or (isinstance(instance, BaseNodePostprocessor)
@@ -179,17 +168,12 @@ class RetrievedNodesTracker(BaseSpanHandler[BaseSpan]):
         """The nodes for the call starting now, with their scope: those of the streamed
         response being read, else the nearest recorded above the span active in this task
         or thread; ``None`` when none were."""
-        streamed = _STREAMED.get()
+        streamed = STREAMED.get()
         if streamed is not None:
             return Retrieved(list(streamed.nodes), streamed.scope)
         span = active_span_id.get()
         nodes = self.nodes_for(span)
         return None if nodes is None else Retrieved(nodes, self.scope_for(span))
-
-    def current_nodes(self) -> list[NodeWithScore] | None:
-        """The nodes of :meth:`current`."""
-        found = self.current()
-        return None if found is None else found.nodes
 
     @property
     def num_records(self) -> int:
@@ -203,63 +187,6 @@ class RetrievedNodesTracker(BaseSpanHandler[BaseSpan]):
         """How many spans this handler is following now."""
         with self._guard:
             return len(self._parents)
-
-
-_STREAMED: ContextVar[Retrieved | None] = ContextVar("ngram_trie_streamed_nodes", default=None)
-
-
-def _carry(gen: Any, carried: Retrieved, tags: dict[str, Any]) -> Any:
-    if hasattr(gen, "__anext__"):
-        return _carry_async(gen, carried, tags)
-    if hasattr(gen, "__next__"):
-        return _carry_sync(gen, carried, tags)
-    return gen
-
-
-@contextmanager
-def _visible(carried: Retrieved, tags: dict[str, Any]) -> Iterator[None]:
-    """Inside: ``carried`` and the query's instrument tags are this context's, as they were
-    while the query ran (an answer scope named in the tags included)."""
-    token = _STREAMED.set(carried)
-    try:
-        with instrument_tags(tags) if tags else nullcontext():
-            yield
-    finally:
-        _STREAMED.reset(token)
-
-
-def _carry_sync(gen: Iterator[Any], carried: Retrieved,
-                tags: dict[str, Any]) -> Iterator[Any]:
-    """Yield from ``gen`` with ``carried`` visible to the LLM while ``gen`` runs."""
-    try:
-        while True:
-            with _visible(carried, tags):
-                try:
-                    item = next(gen)
-                except StopIteration:
-                    return
-            yield item
-    finally:
-        close = getattr(gen, "close", None)
-        if close is not None:
-            close()  # stops the LLM stream (and frees its lock) when the reader stops early
-
-
-async def _carry_async(gen: AsyncIterator[Any], carried: Retrieved,
-                       tags: dict[str, Any]) -> AsyncIterator[Any]:
-    """The async twin of ``_carry_sync``."""
-    try:
-        while True:
-            with _visible(carried, tags):
-                try:
-                    item = await gen.__anext__()
-                except StopAsyncIteration:
-                    return
-            yield item
-    finally:
-        aclose = getattr(gen, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 def _scope_of(retriever: Any, inner: frozenset[str]) -> str:
