@@ -1,14 +1,11 @@
-"""References the speculative paths are checked against: plain greedy decoding, and the
-shared benchmark data.
+"""The reference the speculative paths are checked against: plain greedy decoding.
 
-Tests, examples, scripts and the demo all compare against the same ``generate`` call and
-read data from the same folder, so both are written once, here."""
+Tests, examples, scripts and the demo all compare against the same ``generate`` call, so
+it is written once, here."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
@@ -24,7 +21,7 @@ def greedy_reference(model: torch.nn.Module, prompt_ids: Sequence[int],
     if repetition_stop is not None:
         from transformers import StoppingCriteriaList
 
-        from .bench.stopping import RepetitionCriteria
+        from .stopping import RepetitionCriteria
 
         options["stopping_criteria"] = StoppingCriteriaList(
             [RepetitionCriteria(repetition_stop, ids.shape[1])])
@@ -34,18 +31,6 @@ def greedy_reference(model: torch.nn.Module, prompt_ids: Sequence[int],
     tokens = out[0, ids.shape[1]:].tolist()
     if repetition_stop is None:
         return tokens
-    from .bench.stopping import cut_answer
+    from .repetition import cut_answer
 
     return cut_answer(tokens, repetition_stop)[0]
-
-
-DATA_ENV = "NGRAM_TRIE_RAG_DATA"
-
-
-def shared_data_dir() -> Path:
-    """The benchmark and test data folder: ``$NGRAM_TRIE_RAG_DATA``, else ``shared/data``
-    beside a source checkout of this project (the folder is not part of the package)."""
-    env = os.environ.get(DATA_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -120,3 +120,11 @@ class RepetitionStop(RepeatScan):
         out = self.tokens[self.released : max(end, self.released)]
         self.released += len(out)
         return out, finish
+
+
+def cut_answer(tokens: list[int], n: int | None) -> tuple[list[int], bool]:
+    """``tokens`` up to their first repeated n-gram (all of them when ``n`` is None or
+    nothing repeats), and whether a cut was made: a finished answer cut by the same rule
+    :class:`RepetitionStop` applies while streaming."""
+    cut = repeat_cut(tokens, n) if n is not None else None
+    return (tokens, False) if cut is None else (tokens[:cut], True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from itertools import islice
 from pathlib import Path
@@ -29,8 +30,10 @@ from pathlib import Path
 from ngram_trie_rag import AnswerStore, GenerationResult, SpeculativeGenerator
 from ngram_trie_rag.bench.data import split_context
 from ngram_trie_rag.prompts import rag_messages
-from ngram_trie_rag.reference import shared_data_dir
 
+# The benchmark data: $NGRAM_TRIE_RAG_DATA, else shared/data beside the source tree.
+DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")
+            or Path(__file__).resolve().parents[2] / "shared" / "data")
 VARIANTS = ("plain", "per-request", "answer store")
 
 
@@ -73,7 +76,7 @@ def summarise(records: list[dict], variant: str, follow_ups_only: bool = False) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path,
-                        default=shared_data_dir() / "hagrid" / "hagrid.jsonl")
+                        default=DATA / "hagrid" / "hagrid.jsonl")
     parser.add_argument("--limit", type=int, default=12, help="document sets (HAGRID rows)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None,

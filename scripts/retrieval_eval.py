@@ -33,7 +33,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ngram_trie_rag.reference import shared_data_dir  # noqa: E402
 from ngram_trie_rag.retrieval import Embedder, LLMReranker, Passage, VectorIndex  # noqa: E402
 from ngram_trie_rag.retrieval.corpus import PassageCorpus  # noqa: E402
 from ngram_trie_rag.retrieval.jsonl import read_jsonl  # noqa: E402
@@ -43,7 +42,9 @@ from ngram_trie_rag.retrieval.policy import (  # noqa: E402
     pq_m_for_dim,
 )
 
-DATA = shared_data_dir()
+# The benchmark data: $NGRAM_TRIE_RAG_DATA, else shared/data beside the source tree.
+DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")
+            or ROOT.parent / "shared" / "data")
 NQ = DATA / "nq_open" / "nq-open-oracle.jsonl.gz"
 WIKI = DATA / "wiki_passages" / "passages.jsonl"
 

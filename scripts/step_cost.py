@@ -17,17 +17,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.reference import shared_data_dir
 
+# The benchmark data: $NGRAM_TRIE_RAG_DATA, else shared/data beside the source tree.
+DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")
+            or Path(__file__).resolve().parents[2] / "shared" / "data")
 METHODS = ("chain", "trie")
 SEAMS = ("prepare", "run", "commit")
 
@@ -48,7 +52,7 @@ def timed(engine: Any, record: Callable[[str, float, Any], None]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(shared_data_dir() / "spec_bench" / "rag.jsonl"))
+    ap.add_argument("--data", default=str(DATA / "spec_bench" / "rag.jsonl"))
     ap.add_argument("--limit", type=int, default=40, help="rows read (long ones kept)")
     ap.add_argument("--min-prompt", type=int, default=750, help="prompt tokens at least")
     ap.add_argument("--max-new-tokens", type=int, default=128)

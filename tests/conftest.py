@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# helper modules: tiny_model, data_files, greedy_reference
+# helper modules: tiny_model, data_files, retrieval_support, greedy_reference
 sys.path.insert(0, str(Path(__file__).parent))
 
 
@@ -25,7 +25,7 @@ def one_thread():
     """Torch and FAISS on one thread for a module (``pytestmark =
     pytest.mark.usefixtures("one_thread")``): on an oversubscribed shared CPU one thread
     is several times faster (see ``limited_threads``)."""
-    from ngram_trie_rag.retrieval.testing import limited_threads
+    from retrieval_support import limited_threads
 
     with limited_threads(1):
         yield

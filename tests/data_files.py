@@ -1,15 +1,19 @@
-"""The shared benchmark data (``../shared/data`` beside the project) and its rows."""
+"""The shared benchmark data (``../shared/data`` beside the project, or
+``$NGRAM_TRIE_RAG_DATA``) and its rows. The folder is not part of the project, so tests
+that read it skip where it is absent."""
 
 from __future__ import annotations
 
+import os
 from itertools import islice
+from pathlib import Path
 
 import pytest
 
-from ngram_trie_rag.reference import shared_data_dir
 from ngram_trie_rag.retrieval.jsonl import read_jsonl as read_rows
 
-SHARED_DATA = shared_data_dir()
+SHARED_DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")
+                   or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 def read_jsonl(relative: str, limit: int | None = None) -> list[dict]:

@@ -34,13 +34,14 @@ from ngram_trie_rag.bench import (
     write_json,
 )
 from ngram_trie_rag.bench.background_load import background_load
-from ngram_trie_rag.bench.cli import add_parser, bench_config, main, sweep_config
 from ngram_trie_rag.bench.config import normalise_methods
 from ngram_trie_rag.bench.data import parse_row
 from ngram_trie_rag.bench.plots import write_plots
 from ngram_trie_rag.bench.quality import score
 from ngram_trie_rag.bench.runner import answer_text, encode_item, rotated
 from ngram_trie_rag.bench.sweep import replay_cell
+from ngram_trie_rag.commands.bench import add_parser, bench_config, sweep_config
+from ngram_trie_rag.commands.cli import main
 from ngram_trie_rag.prompts import rag_prompt
 from ngram_trie_rag.repetition import repeat_cut
 

@@ -1,14 +1,13 @@
-"""The ``index`` subcommand, driven through a real argparse parser as the project CLI does."""
+"""The ``index`` subcommand, driven through the command line's own ``main``."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from ngram_trie_rag.retrieval.cli import add_parser
+from ngram_trie_rag.commands.cli import main
 
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "examples" / "sample_docs"
 
@@ -17,11 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="ngram-trie-rag")
-    subparsers = parser.add_subparsers(dest="command")
-    add_parser(subparsers)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return main(argv)
 
 
 @pytest.fixture(scope="module")
@@ -83,9 +78,7 @@ def test_build_options(tmp_path: Path) -> None:
 
 def _expect_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     capsys.readouterr()
-    with pytest.raises(SystemExit) as excinfo:
-        run_cli(argv)
-    assert excinfo.value.code == 2
+    assert run_cli(argv) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in err

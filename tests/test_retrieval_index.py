@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from retrieval_support import build_tiny_sentence_transformer
 
 from ngram_trie_rag.retrieval import (
     Embedder,
@@ -26,9 +27,6 @@ from ngram_trie_rag.retrieval import (
 from ngram_trie_rag.retrieval import store as store_module
 from ngram_trie_rag.retrieval.jsonl import jsonl_rows
 from ngram_trie_rag.retrieval.policy import default_nprobe, nlist_for_count, pq_m_for_dim
-from ngram_trie_rag.retrieval.testing import (
-    build_tiny_sentence_transformer,
-)
 
 DIM = 384
 

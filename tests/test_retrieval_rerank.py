@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from retrieval_support import build_tiny_cross_encoder
 
 from ngram_trie_rag.retrieval import CrossEncoderReranker, LLMReranker, Passage, Reranker
-from ngram_trie_rag.retrieval.testing import build_tiny_cross_encoder
 
 IRRELEVANT = [
     "The mitochondrion is the organelle that produces most of the energy of a cell.",

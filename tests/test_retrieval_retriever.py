@@ -67,9 +67,7 @@ def test_build_from_passages_and_save_load(embedder: Embedder, tmp_path: Path) -
 
 
 def test_retriever_rejects_a_different_embedder(retriever: Retriever, tmp_path: Path) -> None:
-    from ngram_trie_rag.retrieval.testing import (
-    build_tiny_sentence_transformer,
-)
+    from retrieval_support import build_tiny_sentence_transformer
 
     other = Embedder(build_tiny_sentence_transformer(tmp_path / "tiny"))
     with pytest.raises(ValueError, match="differs"):

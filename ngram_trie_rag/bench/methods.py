@@ -19,7 +19,7 @@ first forward, the prefill, is not a step):
 - ``plain`` / ``chain`` / ``trie``: the generator's ``stats.accept_lengths``.
 
 With a repetition stop (``repetition_stop=n``) this library's methods take the option;
-the Hugging Face ones stop through :class:`~ngram_trie_rag.bench.stopping.RepetitionCriteria`
+the Hugging Face ones stop through :class:`~ngram_trie_rag.stopping.RepetitionCriteria`
 and their tokens (and per-step counts) are cut at the same point, so every method
 returns the same prefix of the greedy answer.
 """
@@ -37,9 +37,9 @@ from transformers.generation.streamers import BaseStreamer
 from ..engine.kv_cache import cache_kwargs
 from ..generator import SpeculativeGenerator
 from ..grammar import Grammar
-from ..repetition import trim_steps
+from ..repetition import cut_answer, trim_steps
+from ..stopping import RepetitionCriteria
 from .config import pinned_budget
-from .stopping import RepetitionCriteria, cut_answer
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""``ngram-trie-rag bench-serve``: vLLM without speculation, with its n-gram lookup and
-with the trie proposer, on the same prompts at several concurrency levels, in one run.
+"""vLLM without speculation, with its n-gram lookup and with the trie proposer, on the
+same prompts at several concurrency levels, in one run (``ngram-trie-rag bench-serve``).
 
 Each method runs in its own process (one vLLM engine each, see :mod:`.serve_worker`)
 over the same chat-templated prompts (completion prompts for a model without a chat
@@ -17,86 +17,54 @@ Written as ``{"meta": {...}, "results": [{"method", "concurrency", ...}, ...]}``
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
-import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-from .cli import int_list
-
 METHODS = ("vllm", "vllm-ngram", "vllm-trie")
-# Small engine limits that fit a CPU host; on a GPU pass --engine-args '{}' or larger.
+# Small engine limits that fit a CPU host; on a GPU pass engine_args={} or larger.
 CPU_ENGINE_ARGS = {"max_model_len": 4096, "enforce_eager": True,
                    "kv_cache_memory_bytes": 2 << 30}
 
 
-def _levels(text: str) -> list[int]:
-    values = list(int_list(text))
-    if min(values) < 1:
-        raise argparse.ArgumentTypeError(f"concurrency levels must be >= 1, got {text!r}")
-    return values
-
-
-def _methods(text: str) -> list[str]:
-    names = [m.strip() for m in text.split(",") if m.strip()]
-    bad = [m for m in names if m not in METHODS]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown methods {bad}; choose from {METHODS}")
-    return names
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "bench-serve", help="vLLM, vLLM n-gram and vLLM + trie at several concurrencies",
-        description="Benchmark vLLM without speculation, with its n-gram proposer and "
-                    "with the trie proposer (vLLM must be installed here).")
-    p.add_argument("--data", required=True, help="benchmark JSONL (Spec-Bench or context QA)")
-    p.add_argument("--concurrency", type=_levels, default=[1, 4, 16])
-    p.add_argument("--methods", type=_methods, default=list(METHODS))
-    p.add_argument("--limit", type=int, default=16, help="prompts (default 16)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--num-speculative-tokens", type=int, default=8)
-    p.add_argument("--model", default=None, help="HF model folder (default: packaged model)")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--engine-args", type=json.loads, default=None,
-                   help="JSON dict of vLLM engine arguments (default: small CPU limits)")
-    p.add_argument("--out", default=None, help="write the results JSON here")
-    p.set_defaults(func=cmd_bench_serve)
-
-
-def cmd_bench_serve(args: argparse.Namespace) -> int:
+def run_bench_serve(data: str, *, methods: Sequence[str] = METHODS,
+                    concurrency: Sequence[int] = (1, 4, 16), limit: int = 16,
+                    max_new_tokens: int = 128, num_speculative_tokens: int = 8,
+                    model: str | None = None, dtype: str = "float32",
+                    engine_args: dict | None = None, command: str | None = None) -> dict:
+    """Every method over the first ``limit`` prompts of ``data`` at each concurrency level:
+    ``{"meta": {...}, "results": summarise(...)}``. ``model`` None is the packaged model;
+    ``engine_args`` None is :data:`CPU_ENGINE_ARGS`; ``command`` is recorded in the meta."""
     from .data import load_items
 
-    if args.limit < 1 or args.max_new_tokens < 1:
-        raise SystemExit("error: --limit and --max-new-tokens must be >= 1")
-    if args.model is None:
+    if limit < 1 or max_new_tokens < 1:
+        raise ValueError(f"limit and max_new_tokens must be >= 1, got {limit} and "
+                         f"{max_new_tokens}")
+    if model is None:
         from ..loading import default_model_dir
 
-        args.model = str(default_model_dir())
-    items = load_items(args.data, limit=args.limit)
+        model = str(default_model_dir())
+    items = load_items(data, limit=limit)
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
     prompts = [_prompt_text(tokenizer, it.request(tokenizer).prompt) for it in items]
-    job = {"model": args.model, "dtype": args.dtype, "k": args.num_speculative_tokens,
-           "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency,
+    job = {"model": model, "dtype": dtype, "k": num_speculative_tokens,
+           "max_new_tokens": max_new_tokens, "concurrency": list(concurrency),
            "prompts": prompts, "documents": [it.documents for it in items],
-           "engine_args": CPU_ENGINE_ARGS if args.engine_args is None else args.engine_args}
-    meta = _meta(args, len(items))
-    runs = {m: _run_method(job, m) for m in args.methods}
+           "engine_args": CPU_ENGINE_ARGS if engine_args is None else engine_args}
+    meta = _meta(command=command, data=data, prompts=len(items),
+                 max_new_tokens=max_new_tokens, num_speculative_tokens=num_speculative_tokens,
+                 model=model, dtype=dtype)
+    runs = {m: _run_method(job, m) for m in methods}
     meta["load_avg_end"] = os.getloadavg()
-    doc = {"meta": meta, "results": summarise(runs)}
-    print(table(doc["results"]))
-    if args.out:
-        Path(args.out).write_text(json.dumps(doc, indent=2))
-        print(f"wrote {args.out}")
-    return 0
+    return {"meta": meta, "results": summarise(runs)}
 
 
 def _prompt_text(tokenizer, prompt: str | list[dict[str, str]]) -> str:
@@ -167,11 +135,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _meta(args: argparse.Namespace, prompts: int) -> dict:
+def _meta(*, command: str | None, data: str, prompts: int, max_new_tokens: int,
+          num_speculative_tokens: int, model: str, dtype: str) -> dict:
     import vllm
 
-    return {"command": "ngram-trie-rag " + shlex.join(sys.argv[1:]), "data": args.data,
-            "prompts": prompts, "max_new_tokens": args.max_new_tokens,
-            "num_speculative_tokens": args.num_speculative_tokens, "model": args.model,
-            "dtype": args.dtype, "vllm": vllm.__version__, "python": platform.python_version(),
+    return {"command": command, "data": data,
+            "prompts": prompts, "max_new_tokens": max_new_tokens,
+            "num_speculative_tokens": num_speculative_tokens, "model": model,
+            "dtype": dtype, "vllm": vllm.__version__, "python": platform.python_version(),
             "cpus": len(os.sched_getaffinity(0)), "load_avg_start": os.getloadavg()}

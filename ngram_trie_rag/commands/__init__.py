@@ -1,2 +1,2 @@
-"""Commands of the ``ngram-trie-rag`` CLI: ``demo``, ``ask`` (``index`` and ``bench``
-live with the retrieval and benchmark packages)."""
+"""The ``ngram-trie-rag`` command line: one module per subcommand (its parser and its
+handler), over the library's functions; :mod:`.cli` puts them together."""

@@ -1,4 +1,5 @@
-"""argparse types for numbers with a range, so a bad number is a usage error up front.
+"""argparse types for numbers with a range and number lists, so a bad number is a usage
+error up front.
 
 ``type=int`` takes ``--k -3`` or ``--max-new-tokens 0`` and leaves the handler to fail on
 them later, sometimes after minutes of indexing or model loading; these refuse them while
@@ -47,3 +48,14 @@ def byte_size(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
     return value
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """``"8,16,32"`` -> ``(8, 16, 32)``, for a sweep's axes and a list of levels."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values

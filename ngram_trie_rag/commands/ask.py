@@ -16,9 +16,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..retrieval.cli import add_limit_flags
 from .arguments import positive_int
 from .errors import run_guarded
+from .limits import add_limit_flags
 
 
 class AskError(ValueError):
@@ -115,13 +115,14 @@ class Session:
         texts = [p.text for p in passages]
         # Chat messages, or for a base model a completion prompt with its stop strings.
         request = rag_request(self.gen.tokenizer, texts, question)
-        size = len(self.gen.encode_prompt(request.prompt))
+        ids = self.gen.encode_prompt(request.prompt)  # encoded once: stream takes the ids
+        size = len(ids)
         if size >= self.gen.context_window:
             raise AskError(f"the question and its {len(texts)} passages take "
                            f"{size} tokens, more than the "
                            f"model's context window of {self.gen.context_window}: shorten the "
                            "question or pass a smaller --k")
-        stream = self.gen.stream(request.prompt, texts,
+        stream = self.gen.stream(ids, texts,
                                  max_new_tokens=self.args.max_new_tokens,
                                  num_draft=self.args.num_draft, stop=list(request.stop))
         for delta in _deltas(stream, echo=not self.args.json):

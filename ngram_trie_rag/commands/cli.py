@@ -10,14 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .arguments import positive_int
 from .errors import DEBUG_FLAG, OneLineParser, exit_code, run_guarded, split_debug
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
-    return run_demo(args.question, args.max_new_tokens, args.dtype)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,22 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(DEBUG_FLAG, action="store_true",
                         help="show the traceback of an error (accepted anywhere on the line)")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="answer a question over the bundled documents")
-    demo.add_argument("--question", default=None)
-    demo.add_argument("--max-new-tokens", type=positive_int, default=128)
-    demo.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
-    demo.set_defaults(func=_demo)
-    from ..bench.cli import add_parser as add_bench
-    from ..bench.serve import add_parser as add_bench_serve
-    from ..retrieval.cli import add_parser as add_index
-    from ..serving.server import add_parser as add_serve
-    from .ask import add_parser as add_ask
+    # Imported when the parser is built, not with this module: the subcommands pull in
+    # the benchmark harness (torch).
+    from . import ask, bench, bench_serve, demo, index, serve
 
-    add_ask(sub)
-    add_index(sub)
-    add_bench(sub)
-    add_bench_serve(sub)
-    add_serve(sub)
+    for command in (demo, ask, index, bench, bench_serve, serve):  # the order --help lists
+        command.add_parser(sub)
     return parser
 
 
@@ -54,10 +37,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed in one line
         return exit_code(exc)
-    if args.command == "demo" and args.question is None:
-        from .demo import DEFAULT_QUESTION
-
-        args.question = DEFAULT_QUESTION
     args.debug = debug or args.debug  # handlers that catch errors themselves read it too
     return run_guarded(lambda: args.func(args), debug=args.debug)
 

@@ -14,9 +14,12 @@ compare token for token.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
+
+from .arguments import positive_int
 
 DEFAULT_QUESTION = "What is in the box of the Aurora K3?"
 # The packaged 135M model answers best from the one best passage: given three, it
@@ -24,6 +27,20 @@ DEFAULT_QUESTION = "What is in the box of the Aurora K3?"
 TOP_N = 1
 REPETITION_STOP = 12  # n: stop before the answer's first repeated n-gram
 METHODS = {"none": "engine, no drafts", "chain": "prompt-lookup chain", "trie": "n-gram trie"}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``demo`` on an ``add_subparsers()`` object."""
+    demo = subparsers.add_parser("demo", help="answer a question over the bundled documents")
+    demo.add_argument("--question", default=None)
+    demo.add_argument("--max-new-tokens", type=positive_int, default=128)
+    demo.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
+    demo.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    question = DEFAULT_QUESTION if args.question is None else args.question
+    return run_demo(question, args.max_new_tokens, args.dtype)
 
 
 def sample_docs_dir() -> Path:

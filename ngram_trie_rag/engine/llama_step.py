@@ -25,6 +25,7 @@ implementation, a GPU (where this has not been measured) -- runs the modules.
 from __future__ import annotations
 
 import weakref
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +34,29 @@ from . import gqa_attention
 from .linear_layout import Layout, prepacked, prepacked_product, transposed_product
 
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_MATRICES = (2, 3, 4, 5, 10, 11, 12)  # where a layer's tuple holds its linear weights
+
+
+class LayerWeights(NamedTuple):
+    """One decoder layer as the step reads it: the modules' own tensors (no copies) and
+    constants, gathered once so a step does no module attribute lookups."""
+
+    input_norm: torch.Tensor  # input_layernorm.weight
+    input_eps: float
+    q_proj: torch.Tensor
+    k_proj: torch.Tensor
+    v_proj: torch.Tensor
+    o_proj: torch.Tensor
+    head_dim: int
+    scaling: float  # attention's softmax scale
+    post_norm: torch.Tensor  # post_attention_layernorm.weight
+    post_eps: float
+    gate_proj: torch.Tensor
+    up_proj: torch.Tensor
+    down_proj: torch.Tensor
+
+
+# The linear weights of a layer: the tensors a linear layout may replace by packed copies.
+_MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def applies(model: torch.nn.Module) -> bool:
@@ -91,35 +114,35 @@ class LlamaStep:
         self.head = model.lm_head.weight  # (V, d)
         self.heads = cfg.num_attention_heads
         self.kv_heads = cfg.num_key_value_heads or self.heads
-        self.layers = []
+        self.layers: list[LayerWeights] = []
         for layer in base.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            self.layers.append((
-                layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
-                attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight,
-                attn.o_proj.weight, attn.head_dim, attn.scaling,
-                layer.post_attention_layernorm.weight,
-                layer.post_attention_layernorm.variance_epsilon,
-                mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight))
+            self.layers.append(LayerWeights(
+                input_norm=layer.input_layernorm.weight,
+                input_eps=layer.input_layernorm.variance_epsilon,
+                q_proj=attn.q_proj.weight, k_proj=attn.k_proj.weight,
+                v_proj=attn.v_proj.weight, o_proj=attn.o_proj.weight,
+                head_dim=attn.head_dim, scaling=attn.scaling,
+                post_norm=layer.post_attention_layernorm.weight,
+                post_eps=layer.post_attention_layernorm.variance_epsilon,
+                gate_proj=mlp.gate_proj.weight, up_proj=mlp.up_proj.weight,
+                down_proj=mlp.down_proj.weight))
         self.modules = tuple(model.modules())  # checked for hooks before every step
-        self._prepacked: tuple[list[tuple], torch.Tensor] | None = None
+        self._prepacked: tuple[list[LayerWeights], torch.Tensor] | None = None
         self._versions: list[int] = []  # the weights' in-place versions when packed
 
-    def _weights(self, layout: Layout) -> tuple[list[tuple], torch.Tensor]:
-        """The layers' tuples and lm_head in ``layout``: the modules' own tensors, or
-        for "prepacked" oneDNN copies, made on first use and again after a weight
-        changed in place."""
+    def _weights(self, layout: Layout) -> tuple[list[LayerWeights], torch.Tensor]:
+        """The layers' weights and lm_head in ``layout``: the modules' own tensors, or
+        for "prepacked" oneDNN copies of the matrices, made on first use and again after
+        a weight changed in place."""
         if layout != "prepacked":
             return self.layers, self.head
-        originals = [t for layer in self.layers for t in (layer[i] for i in _MATRICES)]
+        originals = [getattr(layer, name) for layer in self.layers for name in _MATRICES]
         versions = [t._version for t in [*originals, self.head]]
         if self._prepacked is None or versions != self._versions:
-            layers = []
-            for layer in self.layers:
-                packed = list(layer)
-                for i in _MATRICES:
-                    packed[i] = prepacked(layer[i])
-                layers.append(tuple(packed))
+            layers = [layer._replace(**{name: prepacked(getattr(layer, name))
+                                        for name in _MATRICES})
+                      for layer in self.layers]
             self._prepacked = (layers, prepacked(self.head))
             self._versions = versions
         return self._prepacked
@@ -144,12 +167,12 @@ class LlamaStep:
         cos, sin = self.rotary(h, position_ids)  # (1, Q, D) each
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         tiled = gqa_attention.tiled_mask(mask, groups) if mask is not None and groups > 1 else mask
-        for i, (w_in, eps_in, wq, wk, wv, wo, dim, scale, w_post, eps_post,
-                wg, wu, wd) in enumerate(layers):
-            x = _rms_norm(h, w_in, eps_in)
-            q = linear(x, wq).view(1, q_len, -1, dim).transpose(1, 2)  # (1, H, Q, D)
-            k = linear(x, wk).view(1, q_len, -1, dim).transpose(1, 2)  # (1, H_kv, Q, D)
-            v = linear(x, wv).view(1, q_len, -1, dim).transpose(1, 2)
+        for i, w in enumerate(layers):
+            dim, scale = w.head_dim, w.scaling
+            x = _rms_norm(h, w.input_norm, w.input_eps)
+            q = linear(x, w.q_proj).view(1, q_len, -1, dim).transpose(1, 2)  # (1, H, Q, D)
+            k = linear(x, w.k_proj).view(1, q_len, -1, dim).transpose(1, 2)  # (1, H_kv, Q, D)
+            v = linear(x, w.v_proj).view(1, q_len, -1, dim).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             k, v = cache.update(k, v, i)  # (1, H_kv, S, D): the committed prefix + these
@@ -162,9 +185,9 @@ class LlamaStep:
             else:
                 a = F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
             a = a.view(1, self.heads, q_len, dim).transpose(1, 2).reshape(1, q_len, -1)
-            h = h + linear(a, wo)
-            x = _rms_norm(h, w_post, eps_post)
-            h = h + linear(F.silu(linear(x, wg)) * linear(x, wu), wd)
+            h = h + linear(a, w.o_proj)
+            x = _rms_norm(h, w.post_norm, w.post_eps)
+            h = h + linear(F.silu(linear(x, w.gate_proj)) * linear(x, w.up_proj), w.down_proj)
         h = _rms_norm(h, *self.norm)
         return linear(h, head)[0]  # (Q, V)
 

@@ -7,46 +7,49 @@ Quick start::
     for passage in retriever.retrieve("How does the trie pick draft tokens?"):
         print(passage.score, passage.source)
 
-Names are imported lazily (PEP 562), so ``import ngram_trie_rag.retrieval.cli`` for
-``--help`` does not pay for torch, sentence-transformers or faiss.
+Names are imported on first use (PEP 562), so importing the package (the command line's
+``--help`` does) pays for neither torch, sentence-transformers nor faiss, and has no side
+effects.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
 
 _EXPORTS = {
-    "Passage": "passage",
-    "Document": "passage",
-    "RetrievalError": "errors",
-    "DocumentLoadError": "errors",
-    "IndexBuildError": "errors",
-    "IndexLoadError": "errors",
-    "IndexSaveError": "errors",
-    "ModelLoadError": "errors",
-    "chunk_text": "chunking",
-    "chunk_documents": "chunking",
-    "load_documents": "loaders",
-    "SUPPORTED_SUFFIXES": "formats",
-    "Embedder": "embedder",
-    "DEFAULT_EMBEDDER": "embedder",
-    "choose_factory": "policy",
-    "PAPER_FACTORY": "policy",
-    "VectorIndex": "vector_index",
-    "Reranker": "reranker_base",
-    "BaseReranker": "reranker_base",
-    "CrossEncoderReranker": "cross_encoder",
-    "LLMReranker": "llm_reranker",
-    "Retriever": "retriever",
-    "load_or_build": "cache",
+    "Passage": ".passage",
+    "Document": ".passage",  # deprecated: SourceDocument
+    "SourceDocument": ".passage",
+    "RetrievalError": ".errors",
+    "DocumentLoadError": ".errors",
+    "IndexBuildError": ".errors",
+    "IndexLoadError": ".errors",
+    "IndexSaveError": ".errors",
+    "ModelLoadError": ".errors",
+    "chunk_text": ".chunking",
+    "chunk_documents": ".chunking",
+    "load_documents": ".loaders",
+    "SUPPORTED_SUFFIXES": ".formats",
+    "Embedder": ".embedder",
+    "DEFAULT_EMBEDDER": ".embedder",
+    "choose_factory": ".policy",
+    "PAPER_FACTORY": ".policy",
+    "VectorIndex": ".vector_index",
+    "Reranker": ".reranker_base",
+    "BaseReranker": ".reranker_base",
+    "CrossEncoderReranker": ".cross_encoder",
+    "LLMReranker": ".llm_reranker",
+    "Retriever": ".retriever",
+    "load_or_build": ".cache",
 }
 
 __all__ = [
     "BaseReranker",
     "CrossEncoderReranker",
     "DEFAULT_EMBEDDER",
-    "Document",
+    "SourceDocument",
     "DocumentLoadError",
     "Embedder",
     "IndexBuildError",
@@ -84,21 +87,10 @@ if TYPE_CHECKING:
     from .formats import SUPPORTED_SUFFIXES
     from .llm_reranker import LLMReranker
     from .loaders import load_documents
-    from .passage import Document, Passage
+    from .passage import Passage, SourceDocument
     from .policy import PAPER_FACTORY, choose_factory
     from .reranker_base import BaseReranker, Reranker
     from .retriever import Retriever
     from .vector_index import VectorIndex
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -19,15 +19,17 @@ import json
 import os
 import sys
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: data_files
 
+from data_files import SHARED_DATA  # noqa: E402
 from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.sampling_params import StructuredOutputsParams  # noqa: E402
 
 from ngram_trie_rag.bench.grammars import CITED, PRESETS  # noqa: E402
-from ngram_trie_rag.reference import shared_data_dir  # noqa: E402
 from ngram_trie_rag.retrieval.jsonl import read_jsonl  # noqa: E402
 from ngram_trie_rag.serving.server import speculative_config  # noqa: E402
 from ngram_trie_rag.serving.vllm_proposer import DOCUMENTS  # noqa: E402
@@ -106,7 +108,7 @@ def main() -> None:
     llm = LLM(**options)
     tokenizer = llm.get_tokenizer()
     prompts, params, documents = [], [], []
-    rows = [row for _, row in islice(read_jsonl(shared_data_dir() / "hagrid" / "hagrid.jsonl"),
+    rows = [row for _, row in islice(read_jsonl(SHARED_DATA / "hagrid" / "hagrid.jsonl"),
                                      count)]
     for row in rows:
         docs = [p for p in row["context"].split("\n\n") if p.strip()]

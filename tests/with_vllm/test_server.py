@@ -18,10 +18,11 @@ import pytest
 pytest.importorskip("vllm")
 
 import torch  # noqa: E402
+from data_files import SHARED_DATA  # noqa: E402
 from servers import Server, start, stop  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from ngram_trie_rag.reference import greedy_reference, shared_data_dir  # noqa: E402
+from ngram_trie_rag.reference import greedy_reference  # noqa: E402
 from ngram_trie_rag.retrieval.jsonl import read_jsonl  # noqa: E402
 from ngram_trie_rag.serving.vllm_proposer import DOCUMENTS  # noqa: E402
 
@@ -44,7 +45,7 @@ def _accepted(server_root: str) -> float:
 
 
 def _hagrid(count: int) -> list[tuple[str, list[str]]]:
-    rows = islice(read_jsonl(shared_data_dir() / "hagrid" / "hagrid.jsonl"), count)
+    rows = islice(read_jsonl(SHARED_DATA / "hagrid" / "hagrid.jsonl"), count)
     return [(row["turns"][0], [p for p in row["context"].split("\n\n") if p.strip()])
             for _, row in rows]
 

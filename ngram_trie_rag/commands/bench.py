@@ -4,31 +4,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
+from ..bench.background_load import background_load
+from ..bench.config import CONSTRAINED_METHODS, METHODS, TREE_METHODS, BenchConfig, SweepConfig
+from ..bench.data import EXPECTED_SHAPES, DataFormatError
+from ..bench.plots import write_plots
+from ..bench.report import bench_table, sweep_tables, write_json
+from ..bench.runner import run_benchmark
+from ..bench.sweep import run_sweep
 from ..loading import ModelNotFoundError
-from .background_load import background_load
-from .config import CONSTRAINED_METHODS, METHODS, TREE_METHODS, BenchConfig, SweepConfig
-from .data import EXPECTED_SHAPES, DataFormatError
-from .plots import write_plots
-from .report import bench_table, sweep_tables, write_json
-from .runner import run_benchmark
-from .sweep import run_sweep
+from .arguments import int_list
 
 # Mistakes in what the user passed: reported in one line, exit code 2, no traceback.
 INPUT_ERRORS = (DataFormatError, FileNotFoundError, ModelNotFoundError)
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    """``"8,16,32"`` -> ``(8, 16, 32)``, for the sweep's axes."""
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
@@ -182,10 +172,3 @@ def _run(config: Callable[[], Any], run: Callable[..., dict], report: Callable[[
     report(results)
     return 0
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry (``python -m ngram_trie_rag.bench``), same flags as the main CLI."""
-    parser = argparse.ArgumentParser(prog="ngram-trie-rag")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)

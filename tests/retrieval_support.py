@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .embedder import packaged_minilm_path
+from ngram_trie_rag.retrieval.embedder import packaged_minilm_path
 
 
 def _tiny_bert_config(vocab_size: int, hidden: int, **extra):
