@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from .drafting import DraftTree
+from .optional import require
 
 KINDS = ("json_schema", "json", "regex", "ebnf")
 
@@ -76,12 +77,8 @@ class Grammar:
 
 
 def _xgrammar() -> Any:
-    try:
-        import xgrammar
-    except ImportError as exc:
-        raise ImportError("constrained decoding needs xgrammar: pip install "
-                          "'ngram-trie-rag[structured]'") from exc
-    return xgrammar
+    return require("xgrammar", "constrained decoding", "xgrammar",
+                   "pip install 'ngram-trie-rag[structured]'")
 
 
 class GrammarCompiler:
@@ -155,10 +152,6 @@ class Constraint:
         self._banned = torch.tensor(sorted(banned), dtype=torch.long)
         self._bits = torch.arange(32, dtype=torch.int32)
         self._next_fill: torch.Tensor | None = None  # what may follow now, once filled
-
-    @property
-    def terminated(self) -> bool:
-        return bool(self.matcher.is_terminated())
 
     def masks(self, last: int, tree: DraftTree) -> torch.Tensor:
         """(1 + N, V) bool: row 0 allows what may follow the committed tokens, row

@@ -6,6 +6,7 @@ Uses matplotlib's Agg backend (files only, no display), so it works on headless 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 COLORS = {"vanilla": "#7f7f7f", "hf-pld": "#1f77b4", "plain": "#9467bd", "chain": "#ff7f0e",
           "trie": "#2ca02c"}
@@ -30,6 +31,15 @@ def _title(results: dict, what: str) -> str:
             f"{meta['rows_used']} prompts of {Path(meta['data']).name}")
 
 
+def _save(plt: Any, fig: Any, ax: Any, title: str, path: Path) -> Path:
+    """Title the chart, write it as a PNG and free the figure (a run draws several)."""
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_speedup(results: dict, path: Path) -> Path:
     """Grouped bars: end-to-end and decode-only speed-up vs vanilla, per method."""
     plt = _pyplot()
@@ -49,11 +59,7 @@ def plot_speedup(results: dict, path: Path) -> Path:
     ax.set_ylim(0, max(1.2, *(v or 0 for m in results["methods"].values()
                                for v in (m["speedup"], m["decode_speedup"]))) * 1.15)
     ax.legend(fontsize=8, loc="upper left")
-    ax.set_title(_title(results, "Speed-up"), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, _title(results, "Speed-up"), path)
 
 
 def plot_accept_lengths(results: dict, path: Path) -> Path:
@@ -79,12 +85,8 @@ def plot_accept_lengths(results: dict, path: Path) -> Path:
     what = "Accept-length distribution"
     if oracle:
         what += f" (oracle mean {oracle:.2f})"
-    ax.set_title(_title(results, what), fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, _title(results, what), path)
 
 
 def plot_tokens_per_prompt(results: dict, path: Path) -> Path:
@@ -104,11 +106,7 @@ def plot_tokens_per_prompt(results: dict, path: Path) -> Path:
         ax.set_xticks([p["index"] for p in prompts])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(_title(results, "Tokens/s per prompt"), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, _title(results, "Tokens/s per prompt"), path)
 
 
 def write_plots(results: dict, out_dir: str | Path) -> list[Path]:

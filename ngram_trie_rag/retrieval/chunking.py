@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .passage import Document, Passage
+from .passage import Passage, SourceDocument
 
 DEFAULT_CHUNK_SIZE = 100
 DEFAULT_OVERLAP = 20
@@ -67,7 +67,7 @@ def chunk_text(
 
 
 def chunk_documents(
-    documents: Iterable[Document],
+    documents: Iterable[SourceDocument],
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     overlap: int = DEFAULT_OVERLAP,
 ) -> list[Passage]:

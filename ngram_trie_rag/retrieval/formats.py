@@ -1,4 +1,4 @@
-"""One reader per file format, each returning ``Document`` objects or raising a one-line
+"""One reader per file format, each returning ``SourceDocument`` objects or raising a one-line
 ``DocumentLoadError`` that names the file.
 
 Only the standard library and pypdf are used: HTML is stripped with ``html.parser`` (no
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .errors import DocumentLoadError
 from .jsonl import JsonlError, jsonl_rows
-from .passage import Document
+from .passage import SourceDocument
 
 TEXT_FIELDS = ("text", "contents")
 
@@ -38,9 +38,9 @@ def read_utf8(path: Path) -> str:
         ) from exc
 
 
-def read_text(path: Path) -> list[Document]:
+def read_text(path: Path) -> list[SourceDocument]:
     """.txt / .md / .rst: the file is the document (markup is harmless to embeddings)."""
-    return [Document(text=read_utf8(path), source=str(path))]
+    return [SourceDocument(text=read_utf8(path), source=str(path))]
 
 
 class _TextExtractor(HTMLParser):
@@ -83,11 +83,11 @@ def html_to_text(html: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def read_html(path: Path) -> list[Document]:
-    return [Document(text=html_to_text(read_utf8(path)), source=str(path))]
+def read_html(path: Path) -> list[SourceDocument]:
+    return [SourceDocument(text=html_to_text(read_utf8(path)), source=str(path))]
 
 
-def read_pdf(path: Path) -> list[Document]:
+def read_pdf(path: Path) -> list[SourceDocument]:
     """Text layer of every page; scanned PDFs have none and end up as 'empty document'."""
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
@@ -99,13 +99,14 @@ def read_pdf(path: Path) -> list[Document]:
         raise DocumentLoadError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (PyPdfError, ValueError, KeyError, TypeError) as exc:
         raise DocumentLoadError(f"cannot read PDF {path}: {exc}") from exc
-    return [Document(text="\n\n".join(pages), source=str(path), metadata={"pages": len(pages)})]
+    return [SourceDocument(text="\n\n".join(pages), source=str(path),
+                           metadata={"pages": len(pages)})]
 
 
-def _record_document(record: object, path: Path, where: str, index: int) -> Document:
-    """One JSON record -> Document: a string, or an object with a text/contents field."""
+def _record_document(record: object, path: Path, where: str, index: int) -> SourceDocument:
+    """One JSON record -> SourceDocument: a string, or an object with a text/contents field."""
     if isinstance(record, str):
-        return Document(text=record, source=str(path), id=f"{path}:{index}")
+        return SourceDocument(text=record, source=str(path), id=f"{path}:{index}")
     if isinstance(record, dict):
         for key in TEXT_FIELDS:
             if isinstance(record.get(key), str):
@@ -113,7 +114,7 @@ def _record_document(record: object, path: Path, where: str, index: int) -> Docu
                 meta = {"record": index, "id": rec_id}
                 if isinstance(record.get("title"), str):
                     meta["title"] = record["title"]
-                return Document(
+                return SourceDocument(
                     text=record[key], source=str(path), metadata=meta, id=f"{path}:{rec_id}"
                 )
     raise DocumentLoadError(
@@ -121,7 +122,7 @@ def _record_document(record: object, path: Path, where: str, index: int) -> Docu
     )
 
 
-def read_json(path: Path) -> list[Document]:
+def read_json(path: Path) -> list[SourceDocument]:
     """A JSON list of records (or one record); each record is one document."""
     try:
         data = json.loads(read_utf8(path))
@@ -133,9 +134,9 @@ def read_json(path: Path) -> list[Document]:
     ]
 
 
-def read_jsonl(path: Path) -> list[Document]:
+def read_jsonl(path: Path) -> list[SourceDocument]:
     """One JSON record per line (blank lines skipped), e.g. DPR/FlashRAG passage dumps."""
-    docs: list[Document] = []
+    docs: list[SourceDocument] = []
     try:
         for line_no, record in jsonl_rows(read_utf8(path).splitlines(), path):
             docs.append(_record_document(record, path, f"line {line_no}", len(docs)))
@@ -145,7 +146,7 @@ def read_jsonl(path: Path) -> list[Document]:
     return docs
 
 
-READERS: dict[str, Callable[[Path], list[Document]]] = {
+READERS: dict[str, Callable[[Path], list[SourceDocument]]] = {
     ".txt": read_text,
     ".md": read_text,
     ".markdown": read_text,

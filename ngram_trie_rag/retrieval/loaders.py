@@ -1,4 +1,4 @@
-"""``load_documents``: files or folders in, ``Document`` objects out, or one clear error.
+"""``load_documents``: files or folders in, ``SourceDocument`` objects out, or one clear error.
 
 A folder is walked recursively; hidden entries (``.git``, ``.DS_Store``) and files of other
 formats are skipped quietly, because folders hold images and build files. A file named
@@ -15,7 +15,7 @@ from typing import Literal
 
 from .errors import DocumentLoadError
 from .formats import READERS, SUPPORTED_SUFFIXES
-from .passage import Document
+from .passage import SourceDocument
 
 PathLike = str | os.PathLike
 
@@ -83,7 +83,7 @@ def discover_files(path_or_paths: PathLike | Sequence[PathLike]) -> list[Path]:
     return files
 
 
-def _read_file(path: Path) -> list[Document]:
+def _read_file(path: Path) -> list[SourceDocument]:
     docs = READERS[path.suffix.lower()](path)
     if not docs or all(not doc.text.strip() for doc in docs):
         raise DocumentLoadError(f"document {path} is empty (no text to index)")
@@ -94,7 +94,7 @@ def load_documents(
     path_or_paths: PathLike | Sequence[PathLike],
     *,
     on_error: Literal["raise", "skip"] = "raise",
-) -> list[Document]:
+) -> list[SourceDocument]:
     """Read .txt/.md/.rst/.html/.pdf/.json/.jsonl files and folders into documents.
 
     ``on_error="skip"`` turns per-file problems (unreadable, undecodable, empty) into
@@ -103,7 +103,7 @@ def load_documents(
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    documents: list[Document] = []
+    documents: list[SourceDocument] = []
     for path in discover_files(path_or_paths):
         try:
             documents.extend(_read_file(path))

@@ -1,4 +1,5 @@
-"""The two records retrieval passes around: a loaded ``Document`` and a ``Passage`` chunk.
+"""The two records retrieval passes around: a loaded ``SourceDocument`` and a ``Passage``
+chunk.
 
 Both are plain dataclasses that round-trip through JSON (the on-disk chunk store is JSONL),
 so no pickle is ever needed to persist an index.
@@ -7,12 +8,13 @@ so no pickle is ever needed to persist an index.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass
-class Document:
+class SourceDocument:
     """A whole text read from one file (or one record of a JSON/JSONL file).
 
     ``id`` is the stem that chunk ids are built from; it defaults to ``source``.
@@ -68,3 +70,13 @@ class Passage:
             score=None if data.get("score") is None else float(data["score"]),
             metadata=dict(metadata),
         )
+
+
+def __getattr__(name: str) -> Any:
+    # ``Document`` was this record's first name; it also names the frameworks' documents
+    # and the core's draft inputs, so it is kept only as a deprecated alias.
+    if name == "Document":
+        warnings.warn("ngram_trie_rag.retrieval.Document is deprecated; use SourceDocument",
+                      DeprecationWarning, stacklevel=2)
+        return SourceDocument
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

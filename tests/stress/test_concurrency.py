@@ -424,26 +424,23 @@ def check_li(cases: Sequence[Case], responses: Sequence[Any],
     check_li_no_leak()
 
 
-async def test_llama_index_concurrent_aqueries(li_llm: NGramTrieLLM,
-                                                  li_index: VectorStoreIndex,
-                                                  li_cases: list[Case],
-                                                  li_recorder: SpeculativeCallRecorder) -> None:
+@pytest.mark.parametrize("how", ["aquery", "thread_pool"])
+def test_llama_index_concurrent_queries(how: str, li_llm: NGramTrieLLM,
+                                        li_index: VectorStoreIndex, li_cases: list[Case],
+                                        li_recorder: SpeculativeCallRecorder) -> None:
+    """Concurrent queries, awaited together on one event loop or made from a pool's
+    threads: every answer is its own, drafted from its own nodes."""
     engine = li_index.as_query_engine(llm=li_llm, similarity_top_k=TOP_K)
+    questions = [c.question for c in li_cases]
+
+    async def gathered() -> list[Any]:
+        return await asyncio.wait_for(
+            asyncio.gather(*(engine.aquery(q) for q in questions)), DEADLINE)
+
     for _ in range(ROUNDS):
         li_recorder.clear()
-        responses = await asyncio.wait_for(
-            asyncio.gather(*(engine.aquery(c.question) for c in li_cases)), DEADLINE)
-        check_li(li_cases, responses, li_recorder)
-
-
-def test_llama_index_queries_from_a_thread_pool(li_llm: NGramTrieLLM,
-                                                   li_index: VectorStoreIndex,
-                                                   li_cases: list[Case],
-                                                   li_recorder: SpeculativeCallRecorder) -> None:
-    engine = li_index.as_query_engine(llm=li_llm, similarity_top_k=TOP_K)
-    for _ in range(ROUNDS):
-        li_recorder.clear()
-        responses = on_thread_pool(engine.query, [c.question for c in li_cases])
+        responses = (asyncio.run(gathered()) if how == "aquery"
+                     else on_thread_pool(engine.query, questions))
         check_li(li_cases, responses, li_recorder)
 
 
