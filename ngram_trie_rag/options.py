@@ -35,7 +35,8 @@ class GenerationOptions:
             finish reason ``length``).
         temperature: 0 is greedy (token-identical to plain decoding); above 0 samples,
             with the model's distribution kept.
-        top_p, top_k: nucleus and top-k filtering; 1.0 and 0 keep every token.
+        top_p: nucleus filtering; 1.0 keeps every token.
+        top_k: top-k filtering; 0 keeps every token.
         stop: stop strings; the text ends before the first one (not emitted).
         seed: the sampling seed; ``None`` draws one.
         grammar: a :class:`~ngram_trie_rag.grammar.Grammar` the answer must match.
