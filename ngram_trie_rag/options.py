@@ -17,6 +17,9 @@ from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from .drafting.answer_store import check_answer_store
+from .drafting.config import check_method
+from .repetition import check_repetition_stop
 from .validation import check_options
 
 if TYPE_CHECKING:
@@ -65,38 +68,19 @@ class GenerationOptions:
     names: InitVar[Mapping[str, str] | None] = None
 
     def __post_init__(self, names: Mapping[str, str] | None) -> None:
-        from .validation import integer, stop_strings
-
-        names = names or {}
-        stop = self.stop
-        check_options(names, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                      top_p=self.top_p, top_k=self.top_k, seed=self.seed,
-                      num_draft=self.num_draft, stop=stop, method=self.method)
-        # Normalised once: plain Python numbers (NumPy ones pass the checks) and a tuple.
-        set_ = object.__setattr__
-        set_(self, "max_new_tokens", int(self.max_new_tokens))
-        set_(self, "temperature", float(self.temperature))
-        set_(self, "top_p", float(self.top_p))
-        set_(self, "top_k", int(self.top_k))
-        set_(self, "stop", tuple(stop_strings(names.get("stop", "stop"), stop)))
-        if self.seed is not None:
-            set_(self, "seed", int(self.seed))
-        if self.num_draft is not None:
-            set_(self, "num_draft", int(self.num_draft))
+        checked = check_options(
+            names, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+            top_p=self.top_p, top_k=self.top_k, seed=self.seed, num_draft=self.num_draft,
+            stop=() if self.stop is None else self.stop, method=self.method)
+        # Stored as checked: plain Python numbers (NumPy ones pass the checks), a tuple.
+        for name, value in checked.items():
+            object.__setattr__(self, name, tuple(value) if name == "stop" else value)
         if self.method is not None:
-            from .drafting.config import check_method
-
             check_method(self.method)
-        if self.repetition_stop is not None:
-            set_(self, "repetition_stop", integer(names.get("repetition_stop",
-                                                            "repetition_stop"),
-                                                  self.repetition_stop, low=2))
-        if self.answer_store is not None:
-            from .drafting.answer_store import check_answer_store
-
-            check_answer_store(self.answer_store)
+        check_repetition_stop(self.repetition_stop)
+        check_answer_store(self.answer_store)
         if self.grammar is not None:
-            from .grammar import Grammar
+            from .grammar import Grammar  # a grammar exists only once its module is loaded
 
             if not isinstance(self.grammar, Grammar):
                 raise TypeError("grammar must be an ngram_trie_rag.grammar.Grammar, got "
@@ -138,8 +122,7 @@ def options_from(names: Mapping[str, str] | None = None, **values: Any) -> Gener
     names = dict(names or {})
     core_of = {spelled: core for core, spelled in names.items()}
     given = {core_of.get(key, key): value for key, value in values.items()}
-    unknown = sorted(key for key, core in ((k, core_of.get(k, k)) for k in values)
-                     if core not in OPTION_FIELDS)
+    unknown = sorted(key for key in values if core_of.get(key, key) not in OPTION_FIELDS)
     if unknown:
         raise TypeError(unknown_options(unknown, names))
     present = {k: v for k, v in given.items() if v is not None}

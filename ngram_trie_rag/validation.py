@@ -107,14 +107,16 @@ def stop_strings(name: str, value: Any) -> list[str]:
     return items
 
 
-def check_options(names: Mapping[str, str] | None = None, **options: Any) -> None:
-    """Check the generation options given (``None`` means "the default" and is skipped).
+def check_options(names: Mapping[str, str] | None = None, **options: Any) -> dict[str, Any]:
+    """Check the generation options given (``None`` means "the default" and is skipped);
+    the checked values, normalised (plain ``int`` and ``float``, stop strings a list).
 
     Known options: ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``, ``seed``,
     ``num_draft``, ``stop``, ``method``. ``names`` maps an option to the caller's name for
     it, so a LangChain user reads ``max_tokens``, the name they passed.
     """
     names = names or {}
+    checked = {}
     for option, value in options.items():
         if value is None:
             continue
@@ -122,7 +124,8 @@ def check_options(names: Mapping[str, str] | None = None, **options: Any) -> Non
         check = _OPTION_CHECKS.get(option)
         if check is None:
             raise TypeError(f"unknown generation option {label!r}")
-        check(label, value)
+        checked[option] = check(label, value)
+    return checked
 
 
 def _method(name: str, value: Any) -> str:

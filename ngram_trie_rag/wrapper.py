@@ -148,7 +148,13 @@ class WrapperSettings(BaseModel):
         return data
 
     def spelled(self, core: str) -> str:
+        """This framework's spelling of a core name."""
         return self.NAMES.get(core, core)
+
+    @classmethod
+    def core_name(cls, name: str) -> str:
+        """The core's name for this framework's spelling (the inverse of ``spelled``)."""
+        return next((core for core, spelled in cls.NAMES.items() if spelled == name), name)
 
     # ---- what a subclass supplies ---------------------------------------------------
     def backend_settings(self) -> BackendSettings:
@@ -169,8 +175,7 @@ class WrapperSettings(BaseModel):
 
     def settings_given(self) -> set[str]:
         """Core names of the settings the caller set (for refusing foreign ones)."""
-        core_of = {spelled: core for core, spelled in self.NAMES.items()}
-        return {core_of.get(name, name) for name in self.model_fields_set}
+        return {self.core_name(name) for name in self.model_fields_set}
 
     # ---- checked once ---------------------------------------------------------------
     def check_all(self) -> None:
@@ -223,9 +228,8 @@ class WrapperSettings(BaseModel):
         defaults = self.option_defaults()
         if not changes:
             return defaults
-        core_of = {spelled: core for core, spelled in self.NAMES.items()}
         return defaults.with_changes(
-            self.NAMES, **{core_of.get(k, k): v for k, v in changes.items()})
+            self.NAMES, **{self.core_name(k): v for k, v in changes.items()})
 
     def with_answer_store(self, options: GenerationOptions,
                           scope: str | None) -> tuple[GenerationOptions, str | None]:

@@ -30,9 +30,9 @@ class LocalBackend:
 
     def __init__(self, generator: SpeculativeGenerator | Callable[[], SpeculativeGenerator]
                  ) -> None:
-        self._load = generator if callable(generator) and not isinstance(
-            generator, SpeculativeGenerator) else None
-        self._generator = None if self._load is not None else generator
+        loaded = isinstance(generator, SpeculativeGenerator)
+        self._generator = generator if loaded else None
+        self._load = None if loaded else generator
         self._lock = threading.Lock()
 
     @property

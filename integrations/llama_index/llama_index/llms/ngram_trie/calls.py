@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ngram_trie_rag.backends import Request
+from ngram_trie_rag.wrapper import OPTION_FIELDS
 
 from .drafting import DraftSource
 
@@ -17,8 +18,7 @@ from .drafting import DraftSource
 # passes along (``formatted``, ``documents``...) is not an option and is left alone.
 # ``grammar``: an ``ngram_trie_rag.grammar.Grammar`` the answer must match (vLLM gets it
 # as its structured outputs).
-OPTION_KEYWORDS = ("max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed",
-                   "num_draft", "method", "repetition_stop", "grammar")
+OPTION_KEYWORDS = (*OPTION_FIELDS, "grammar")
 TOKEN_BUDGET = "max_tokens"  # LlamaIndex's usual spelling of max_new_tokens
 
 
