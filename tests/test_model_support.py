@@ -8,7 +8,7 @@ import transformers as tf
 from model_families import VOCAB, build, word_tokenizer
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.engine.attention_windows import attention_windows
+from ngram_trie_rag.engine.attention_windows import attention_windows, window_sizes
 from ngram_trie_rag.engine.support import check_supported
 
 _SMALL = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2}
@@ -55,3 +55,14 @@ def test_attention_families_pass_and_report_their_windows() -> None:
     assert not windows.uniform and windows.sliding_window == 32
     chunked = dict(attention_windows(tf.Llama4TextConfig(attention_chunk_size=16)).by_type)
     assert chunked["chunked_attention"].kind == "chunked"
+
+
+def test_window_sizes_read_both_transformers_layouts() -> None:
+    """Transformers before 5.2x returns one kwargs dict for all layers (what a GPU image
+    with 5.17 runs), later ones a dict per layer: both give the same windows."""
+    types = ["sliding_attention", "full_attention", "chunked_attention"]
+    per_layer = [{"sliding_window": 32}, {}, {"sliding_window": 32}]
+    assert window_sizes(types, per_layer) == [32, None, 32]
+    assert window_sizes(types, {"sliding_window": 32}) == [32, None, 32]
+    assert window_sizes(["full_attention"] * 2, {}) == [None, None]
+

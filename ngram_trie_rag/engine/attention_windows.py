@@ -32,6 +32,7 @@ import numpy as np
 Kind = Literal["full", "sliding", "chunked"]
 ATTENTION_TYPES = {"full_attention": "full", "sliding_attention": "sliding",
                    "chunked_attention": "chunked"}
+WINDOWED = ("sliding_attention", "chunked_attention")  # layer types with a window size
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,16 @@ def _layer_types(config) -> tuple[list[str], list[int | None]]:
     except ImportError:  # before per-layer configs: the same rules, read directly
         return _layer_types_directly(config)
     types, kwargs = get_layer_types_and_kwargs(config)
-    return list(types), [kw.get("sliding_window") for kw in kwargs]
+    return list(types), window_sizes(list(types), kwargs)
+
+
+def window_sizes(types: list[str], kwargs: list[dict] | dict) -> list[int | None]:
+    """Per layer, its window from ``get_layer_types_and_kwargs``'s second value: one
+    dict per layer (Transformers 5.2x on), or before that one dict whose
+    ``sliding_window`` holds for every windowed layer."""
+    if isinstance(kwargs, dict):
+        return [kwargs.get("sliding_window") if t in WINDOWED else None for t in types]
+    return [kw.get("sliding_window") for kw in kwargs]
 
 
 def _layer_types_directly(config) -> tuple[list[str], list[int | None]]:

@@ -1,0 +1,240 @@
+"""Everything a GPU host should measure, in one process per part, results under OUT.
+
+    python3 scripts/gpu_session.py --out OUT --parts env,curve,smoke        # random weights
+    python3 scripts/gpu_session.py --out OUT --parts bench --gguf model.gguf  # real weights
+    python3 scripts/gpu_session.py --out OUT --device cpu --quick --parts env,curve,smoke
+
+Parts:
+- ``env``: torch, transformers, the device and its driver (``env.json``).
+- ``curve``: :mod:`ngram_trie_rag.bench.cost_curve` for the shapes users run, bf16 on
+  CUDA (``curve.json``, ``curve.md``).
+- ``smoke``: the SmolLM2-135M shape with random weights and the real tokenizer, fp32:
+  ``vanilla``, ``chain`` and ``trie`` through the benchmark harness, whose exact-match
+  column is the check (``smoke.json``). Needs ``--meta`` (config and tokenizer files).
+- ``profile``: where a bf16 step's time goes, ``generate`` against the engine's plain and
+  trie steps (``profile.txt``), with ``--gguf``'s weights or else ``--meta``'s random ones.
+- ``compiled``: ``generate`` with a static cache (compiled by Transformers on CUDA),
+  per-token time of the first (compiling) and later calls (``compiled.json``).
+- ``bench``: the packaged model's GGUF, fp32 (exactness: ``vanilla``, ``chain``,
+  ``trie``) then bf16 (every method) on Spec-Bench RAG (``fp32.json``, ``bf16.json``).
+
+TF32 stays off (PyTorch's default for matrix products), so fp32 is fp32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ngram_trie_rag.bench import cost_curve  # noqa: E402
+from ngram_trie_rag.commands.cli import main as cli  # noqa: E402
+
+CURVE_SHAPES = ("smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b")
+
+
+def env(out: Path, device: torch.device) -> None:
+    import transformers
+
+    info = {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "device": str(device),
+            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info |= {"gpu": props.name, "sms": props.multi_processor_count,
+                 "memory_gib": round(props.total_memory / 2**30, 1),
+                 "cuda": torch.version.cuda, "capability": list(torch.cuda.get_device_capability())}
+    else:
+        info["cpu_threads"] = torch.get_num_threads()
+    (out / "env.json").write_text(json.dumps(info, indent=1))
+    print("env:", json.dumps(info))
+
+
+def curve(out: Path, device: torch.device, quick: bool) -> None:
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    shapes = ("tiny-llama",) if quick else CURVE_SHAPES
+    kwargs = (dict(contexts=(64, 128), sizes=(1, 4, 16), warmup=1, repeats=2) if quick
+              else {})
+    points = []
+    for shape in shapes:
+        start = time.perf_counter()
+        points += cost_curve.measure(shape, device=device, dtype=dtype, **kwargs)
+        print(f"curve {shape}: {time.perf_counter() - start:.1f} s", flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        (out / "curve.json").write_text(json.dumps(cost_curve.as_json(points), indent=1))
+    text = cost_curve.table(points)
+    (out / "curve.md").write_text(text + "\n")
+    print(text, flush=True)
+
+
+def random_folder(meta: Path, quick: bool) -> Path:
+    """The default model's config and tokenizer with random weights, saved as a folder."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / "ngt-random-smollm2"
+    if (folder / "model.safetensors").is_file():
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(meta, folder)
+    config = AutoConfig.from_pretrained(folder)
+    if quick:
+        config.num_hidden_layers = 2
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:2]
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder
+
+
+def smoke(out: Path, device: torch.device, quick: bool, meta: Path, data: Path) -> None:
+    """Random weights in the default model's shape: exactness mechanics on the device."""
+    _bench(out / "smoke.json", random_folder(meta, quick), data, device, "float32",
+           "vanilla,chain,trie", limit=2 if quick else 6, tokens=16 if quick else 64)
+
+
+def bench(out: Path, device: torch.device, quick: bool, gguf: Path, data: Path) -> None:
+    _bench(out / "fp32.json", gguf, data, device, "float32", "vanilla,chain,trie",
+           limit=2 if quick else 10, tokens=16 if quick else 128)
+    _bench(out / "bf16.json", gguf, data, device, "bfloat16",
+           "vanilla,hf-pld,plain,chain,trie", limit=2 if quick else 12,
+           tokens=16 if quick else 128)
+
+
+def profile(out: Path, device: torch.device, quick: bool, model: Path, data: Path) -> None:
+    """Where a decoding step's time goes: ``generate`` against the engine's plain and trie
+    steps, bf16, one prompt (cProfile's top functions and torch's top operators).
+    ``model``: the GGUF, or random weights (the time does not depend on them)."""
+    import cProfile
+    import io
+    import pstats
+
+    from ngram_trie_rag import SpeculativeGenerator
+
+    gen = SpeculativeGenerator.from_pretrained(model, device=device, dtype="bfloat16")
+    prompt = json.loads(data.read_text().splitlines()[0])["turns"][0]
+    tokens = 16 if quick else 64
+    ids = gen.tokenizer(prompt, return_tensors="pt").to(device)
+
+    def vanilla() -> None:
+        gen.model.generate(**ids, max_new_tokens=tokens, do_sample=False, min_new_tokens=tokens)
+
+    runs = {"vanilla": vanilla,
+            "plain": lambda: gen.generate(prompt, [prompt], method="none",
+                                          max_new_tokens=tokens),
+            "trie": lambda: gen.generate(prompt, [prompt], method="trie",
+                                         max_new_tokens=tokens)}
+    report = io.StringIO()
+    for name, run in runs.items():
+        run()  # warm-up (and the engine's first-use work)
+        _sync(device)
+        start = time.perf_counter()
+        run()
+        _sync(device)
+        print(f"profile {name}: {(time.perf_counter() - start) * 1e3 / tokens:.1f} ms/token",
+              flush=True)
+        prof = cProfile.Profile()
+        prof.enable()
+        run()
+        _sync(device)
+        prof.disable()
+        report.write(f"\n== {name}: cProfile, top 25 by total time\n")
+        pstats.Stats(prof, stream=report).sort_stats("tottime").print_stats(25)
+        with torch.profiler.profile() as tp:
+            run()
+            _sync(device)
+        report.write(f"\n== {name}: torch operators, top 20 by self CPU time\n")
+        report.write(tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
+    (out / "profile.txt").write_text(report.getvalue())
+
+
+def compiled(out: Path, device: torch.device, quick: bool, model_dir: Path, data: Path) -> None:
+    """Hugging Face's fastest greedy configuration: ``generate`` with a static cache, which
+    Transformers compiles on CUDA. First call (compiling) and later calls, bf16."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device)
+    prompt = json.loads(data.read_text().splitlines()[0])["turns"][0]
+    ids = tokenizer(prompt, return_tensors="pt").to(device)
+    tokens = 16 if quick else 64
+    times = {}
+    for label, cache in (("dynamic", None), ("static-1st", "static"), ("static-2nd", "static"),
+                         ("static-3rd", "static")):
+        _sync(device)
+        start = time.perf_counter()
+        model.generate(**ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                       cache_implementation=cache)
+        _sync(device)
+        times[label] = (time.perf_counter() - start) * 1e3 / tokens
+        print(f"compiled {label}: {times[label]:.1f} ms/token", flush=True)
+    (out / "compiled.json").write_text(json.dumps(times, indent=1))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _bench(result: Path, model: Path, data: Path, device: torch.device, dtype: str,
+           methods: str, limit: int, tokens: int) -> None:
+    start = time.perf_counter()
+    code = cli(["bench", "--data", str(data), "--model", str(model), "--device", device.type,
+                "--dtype", dtype, "--methods", methods, "--limit", str(limit),
+                "--max-new-tokens", str(tokens), "--no-progress", "--out", str(result)])
+    print(f"{result.name}: exit {code}, {time.perf_counter() - start:.1f} s", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (a CPU check of the code)")
+    p.add_argument("--parts", default="env,curve,smoke,bench")
+    p.add_argument("--meta", type=Path, default=None,
+                   help="folder with the default model's config and tokenizer files")
+    p.add_argument("--gguf", type=Path, default=None, help="the default model's GGUF file")
+    p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "spec_bench"
+                   / "rag.jsonl")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    device = torch.device(args.device)
+    for part in args.parts.split(","):
+        start = time.perf_counter()
+        try:
+            if part == "env":
+                env(args.out, device)
+            elif part == "curve":
+                curve(args.out, device, args.quick)
+            elif part == "smoke":
+                smoke(args.out, device, args.quick, args.meta, args.data)
+            elif part == "profile":
+                profile(args.out, device, args.quick,
+                        args.gguf or random_folder(args.meta, args.quick), args.data)
+            elif part == "compiled":
+                compiled(args.out, device, args.quick,
+                         random_folder(args.meta, args.quick), args.data)
+            elif part == "bench":
+                bench(args.out, device, args.quick, args.gguf, args.data)
+            else:
+                raise SystemExit(f"unknown part {part!r}")
+        except Exception as exc:  # one part failing must not cost the others' results
+            import traceback
+
+            traceback.print_exc()
+            print(f"part {part} FAILED: {exc!r}", flush=True)
+        print(f"part {part}: {time.perf_counter() - start:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
