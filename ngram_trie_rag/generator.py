@@ -19,9 +19,10 @@ live apart; this module only joins them.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -32,6 +33,7 @@ from .engine import KV, Engine, engine_for
 from .engine.latency import LatencyCurve
 from .grammar import Constraint, compiler_for
 from .inputs import DraftDocument, Prompt, encode_documents, encode_prompt
+from .keywords import unknown_keywords
 from .options import GenerationOptions, options_from
 from .repetition import RepetitionStop
 from .result import FinishReason, GenerationResult, GenerationStats
@@ -71,9 +73,11 @@ class SpeculativeGenerator:
 
     def __init__(self, model, tokenizer, config: DraftConfig | None = None,
                  name: str | None = None, *, engine: Engine | None = None,
+                 chat_template_kwargs: dict[str, Any] | None = None,
                  **draft_kwargs: Any) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.config = config or DraftConfig(**draft_kwargs)
         self.model_name = name or getattr(model.config, "_name_or_path", "") or "model"
         self.context_window = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
@@ -85,21 +89,39 @@ class SpeculativeGenerator:
         self._budget: DraftBudget | None = None  # learned across this generator's calls
 
     @classmethod
-    def from_pretrained(cls, path: str | None = None, *, device: str | None = None,
-                        dtype: str | torch.dtype | None = None,
-                        **draft_kwargs: Any) -> SpeculativeGenerator:
-        """Load a local model folder (or the packaged default) and wrap it."""
-        from .loading import DEFAULT_MODEL_NAME, load_model
+    def from_pretrained(cls, model: str | os.PathLike | None = None, *, tokenizer: Any = None,
+                        device: str | None = None, dtype: str | torch.dtype | None = None,
+                        model_kwargs: dict[str, Any] | None = None,
+                        tokenizer_kwargs: dict[str, Any] | None = None,
+                        chat_template_kwargs: dict[str, Any] | None = None,
+                        **kwargs: Any) -> SpeculativeGenerator:
+        """Load a model as Transformers does and wrap it: a hub id (``"Qwen/Qwen2.5-7B-
+        Instruct"``), a local folder, a ``.gguf`` file, or ``None`` for the packaged
+        default; see :func:`ngram_trie_rag.loading.load_model`.
 
-        model, tokenizer = load_model(path, device=device, dtype=dtype)
-        return cls(model, tokenizer, name=str(path) if path else DEFAULT_MODEL_NAME,
-                   **draft_kwargs)
+        ``from_pretrained``'s own keywords may be given here directly, as with
+        ``AutoModelForCausalLM`` (``device_map="auto"``, ``attn_implementation=...``,
+        ``revision=...``): they join ``model_kwargs``. Other keywords are the drafter's
+        (``n``, ``prefix_len``, ``num_draft``, ...).
+        """
+        from .loading import DEFAULT_MODEL_NAME, LOADER_KEYS, load_model
+
+        loader = {k: kwargs.pop(k) for k in list(kwargs) if k in LOADER_KEYS}
+        config = _draft_config(kwargs)  # an unknown keyword fails before the load
+        model_kwargs = {**(model_kwargs or {}), **loader}
+        loaded, loaded_tokenizer = load_model(model, tokenizer=tokenizer, device=device,
+                                              dtype=dtype, model_kwargs=model_kwargs,
+                                              tokenizer_kwargs=tokenizer_kwargs)
+        name = os.fspath(model) if model is not None else DEFAULT_MODEL_NAME
+        return cls(loaded, loaded_tokenizer, config, name=name,
+                   chat_template_kwargs=chat_template_kwargs)
 
     def reshaped(self, **changes: Any) -> SpeculativeGenerator:
         """A generator over the same model, tokenizer and engine (no reload) with its
         drafting settings changed, e.g. ``reshaped(n=9)``; its budget starts fresh."""
         return SpeculativeGenerator(self.model, self.tokenizer, replace(self.config, **changes),
-                                    self.model_name, engine=self.engine)
+                                    self.model_name, engine=self.engine,
+                                    chat_template_kwargs=self.chat_template_kwargs)
 
     @property
     def busy(self) -> bool:
@@ -114,7 +136,8 @@ class SpeculativeGenerator:
     # ---- inputs ---------------------------------------------------------------------
     def encode_prompt(self, prompt: Prompt) -> list[int]:
         """Prompt -> token ids: a string as-is, chat messages via the chat template."""
-        return encode_prompt(self.tokenizer, prompt, self.vocab_size, self.model_name)
+        return encode_prompt(self.tokenizer, prompt, self.vocab_size, self.model_name,
+                             self.chat_template_kwargs)
 
     def encode_documents(self, documents: Sequence[DraftDocument]) -> list[list[int]]:
         """Documents -> token ids, checked (kinds, ids in the vocabulary, text content)
@@ -301,3 +324,15 @@ def _eos_ids(model, tokenizer) -> frozenset[int]:
         if eos is not None:
             return frozenset([eos] if isinstance(eos, int) else eos)
     return frozenset()
+
+
+def _draft_config(kwargs: dict[str, Any]) -> DraftConfig:
+    """The drafter's settings from ``from_pretrained``'s remaining keywords, refusing any
+    that neither the drafter nor ``from_pretrained`` reads."""
+    from .loading import LOADER_KEYS
+
+    known = {f.name for f in fields(DraftConfig)}
+    unknown = set(kwargs) - known
+    if unknown:
+        raise TypeError(unknown_keywords("keyword(s)", unknown, known | LOADER_KEYS))
+    return DraftConfig(**kwargs)

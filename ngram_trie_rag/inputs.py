@@ -47,9 +47,11 @@ def unique_documents(documents: Sequence[Any], key=lambda d: d) -> list[Any]:
 
 
 def encode_prompt(tokenizer: Any, prompt: Prompt, vocab_size: int,
-                  model_name: str = "model") -> list[int]:
-    """Prompt -> token ids: a string as-is, chat messages via the chat template, token ids
-    checked against the vocabulary."""
+                  model_name: str = "model",
+                  chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """Prompt -> token ids: a string as-is, chat messages via the chat template (with
+    ``chat_template_kwargs``, e.g. Qwen3's ``enable_thinking``), token ids checked against
+    the vocabulary."""
     if isinstance(prompt, str):
         if not prompt.strip():
             raise ValueError("prompt is empty")
@@ -59,7 +61,7 @@ def encode_prompt(tokenizer: Any, prompt: Prompt, vocab_size: int,
     if not items:
         raise ValueError("prompt is empty")
     if all(isinstance(m, dict) for m in items):
-        return _apply_chat_template(tokenizer, items, model_name)
+        return _apply_chat_template(tokenizer, items, model_name, chat_template_kwargs or {})
     if all(isinstance(t, int) and not isinstance(t, bool) for t in items):
         bad = [t for t in items if not 0 <= t < vocab_size]
         if bad:
@@ -79,7 +81,7 @@ def has_chat_template(tokenizer: Any) -> bool:
 
 
 def _apply_chat_template(tokenizer: Any, messages: list[dict[str, Any]],
-                         model_name: str) -> list[int]:
+                         model_name: str, template_kwargs: dict[str, Any]) -> list[int]:
     # Never a silent fallback: flattening messages into text is a prompt format the
     # caller did not choose. Builders that know their prompt pick the form up front.
     if not has_chat_template(tokenizer):
@@ -90,7 +92,8 @@ def _apply_chat_template(tokenizer: Any, messages: list[dict[str, Any]],
         if isinstance(m["content"], str):
             valid_text(m["content"], "a chat message")
     with tokenizer_lock(tokenizer):
-        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                            **template_kwargs)
     ids = out["input_ids"] if hasattr(out, "keys") else out
     return list(ids)
 

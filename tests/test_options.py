@@ -55,7 +55,8 @@ def test_messages_use_the_callers_spelling() -> None:
 
 
 def test_an_unknown_keyword_is_an_error_listing_the_supported_ones() -> None:
-    with pytest.raises(TypeError, match=r"unknown generation option\(s\) \['max_new_token'\]"):
+    with pytest.raises(TypeError, match=r"unknown generation option\(s\) 'max_new_token' "
+                                        r"\(did you mean 'max_new_tokens'\?\)"):
         options_from(max_new_token=5)
     with pytest.raises(TypeError, match="'max_tokens'"):  # listed as the caller spells it
         options_from(LANGCHAIN, bogus=1)

@@ -78,7 +78,7 @@ def test_call_options_are_the_defaults_with_the_calls_keywords_over_them() -> No
     assert (options.max_new_tokens, options.top_k, options.stop) == (5, 7, ("\n",))
     with pytest.raises(ValueError, match="max_tokens must be >= 1"):
         settings.call_options({"max_tokens": 0})
-    with pytest.raises(TypeError, match=r"\['max_new_tokns'\].*'max_tokens'"):
+    with pytest.raises(TypeError, match=r"'max_new_tokns' \(did you mean 'max_tokens'\?\)"):
         settings.call_options({"max_new_tokns": 5})
 
 

@@ -26,7 +26,8 @@ BACKENDS = ("local", "vllm")
 # Settings (core names) that only one place reads; a server reads none of its own
 # (api_key is not refused elsewhere: generic callers set one for all).
 ONLY_FOR: dict[Place, tuple[str, ...]] = {
-    "local": ("generator", "device", "dtype", "n", "prefix_len", "num_draft", "method",
+    "local": ("generator", "tokenizer", "device", "dtype", "model_kwargs", "tokenizer_kwargs",
+              "chat_template_kwargs", "n", "prefix_len", "num_draft", "method",
               "repetition_stop", *ANSWER_SETTINGS),
     "vllm": ("vllm_engine_args", "num_speculative_tokens"),
     "vllm-server": (),
@@ -65,9 +66,11 @@ def check_settings(where: Place, given: Iterable[str],
 @dataclass(frozen=True)
 class BackendSettings:
     """What a wrapper knows about where its calls run (core names; see the wrappers'
-    field docs). ``generator``: an already built ``SpeculativeGenerator``, used as is."""
+    field docs). ``model``: a hub id, folder or ``.gguf`` path, or a loaded model (with
+    ``tokenizer``, a loaded one or a name); ``generator``: an already built
+    ``SpeculativeGenerator``, used as is."""
 
-    model: str | None = None
+    model: Any = None
     backend: str = "local"
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
@@ -76,6 +79,10 @@ class BackendSettings:
     num_speculative_tokens: int = DEFAULT_K
     device: str | None = None
     dtype: str | None = None
+    tokenizer: Any = None
+    model_kwargs: Mapping[str, Any] | None = None
+    tokenizer_kwargs: Mapping[str, Any] | None = None
+    chat_template_kwargs: Mapping[str, Any] | None = None
     n: int = 13
     prefix_len: int = 3
     generator: Any = None
@@ -97,15 +104,23 @@ def open_backend(settings: BackendSettings) -> Backend:
             return LocalBackend(settings.generator)
 
         def load() -> Any:
+            if settings.model is not None and not isinstance(settings.model, str):
+                return _from_objects(settings)
             from ..shared import shared_generator
 
             return shared_generator(settings.model, device=settings.device,
                                     dtype=settings.dtype, n=settings.n,
-                                    prefix_len=settings.prefix_len)
+                                    prefix_len=settings.prefix_len,
+                                    model_kwargs=settings.model_kwargs,
+                                    tokenizer_kwargs=settings.tokenizer_kwargs,
+                                    chat_template_kwargs=settings.chat_template_kwargs)
 
         return LocalBackend(load)
     from .vllm import VLLMBackend
 
+    if settings.model is not None and not isinstance(settings.model, str):
+        raise ValueError(f"{DESCRIBED[where]} takes a model by hub id or folder; a loaded "
+                         "model object runs on backend='local'")
     if where == "vllm-server":
         from ..serving.openai_http import OpenAIHTTPBackend
 
@@ -118,3 +133,17 @@ def open_backend(settings: BackendSettings) -> Backend:
     return VLLMBackend(shared_vllm_engine(
         settings.model, num_speculative_tokens=settings.num_speculative_tokens,
         engine_args=settings.vllm_engine_args))
+
+
+def _from_objects(settings: BackendSettings) -> Any:
+    """A generator over a model the caller loaded (its tokenizer given or loaded by name);
+    generators over one model object share its engine (lock, forwards, latency curve)."""
+    from ..generator import SpeculativeGenerator
+    from ..loading import load_model
+
+    model, tokenizer = load_model(settings.model, tokenizer=settings.tokenizer,
+                                  device=settings.device, dtype=settings.dtype,
+                                  model_kwargs=settings.model_kwargs,
+                                  tokenizer_kwargs=settings.tokenizer_kwargs)
+    return SpeculativeGenerator(model, tokenizer, n=settings.n, prefix_len=settings.prefix_len,
+                                chat_template_kwargs=dict(settings.chat_template_kwargs or {}))

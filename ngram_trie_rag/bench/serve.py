@@ -53,7 +53,7 @@ def run_bench_serve(data: str, *, methods: Sequence[str] = METHODS,
     items = load_items(data, limit=limit)
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(model)
     prompts = [_prompt_text(tokenizer, it.request(tokenizer).prompt) for it in items]
     job = {"model": model, "dtype": dtype, "k": num_speculative_tokens,
            "max_new_tokens": max_new_tokens, "concurrency": list(concurrency),

@@ -59,3 +59,22 @@ def int_list(text: str) -> tuple[int, ...]:
     if not values:
         raise argparse.ArgumentTypeError("expected at least one integer")
     return values
+
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def add_model_flags(parser: argparse.ArgumentParser, *, dtype_default: str | None = None,
+                    what: str = "the model") -> None:
+    """``--model``, ``--device`` and ``--dtype``, spelled and read alike by every command
+    that loads a model (:func:`ngram_trie_rag.loading.load_model`)."""
+    parser.add_argument("--model", default=None, metavar="ID|PATH",
+                        help=f"{what}: a Hugging Face hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct; "
+                        "downloaded as Transformers does), a local folder or a .gguf file "
+                        "(default: the packaged SmolLM2-135M-Instruct)")
+    parser.add_argument("--device", default=None,
+                        help="cpu, cuda, cuda:1, ... (default: cuda when available)")
+    default = dtype_default or "fp32 on CPU, bf16 on CUDA"
+    parser.add_argument("--dtype", choices=DTYPES, default=dtype_default,
+                        help=f"auto: the model's own (default: {default}; fp32 is what greedy "
+                        "exactness is checked in)")

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .arguments import positive_int
+from .arguments import add_model_flags, positive_int
 from .errors import run_guarded
 from .limits import add_limit_flags
 
@@ -32,10 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("docs", nargs="+" if name == "ask" else 1,
                        help="a folder or files (txt, md, rst, html, pdf, json, jsonl)"
                        + ("; the question comes last" if name == "ask" else ""))
-        p.add_argument("--model", default=None,
-                       help="local HF model folder or GGUF file (default: packaged); a "
-                       "model without a chat template gets a completion prompt")
-        p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
+        add_model_flags(p, what="the model that answers (one without a chat template "
+                        "gets a completion prompt)")
         p.add_argument("--k", type=positive_int, default=4, help="passages given to the model")
         p.add_argument("--candidates", type=positive_int, default=20,
                        help="passages retrieved before reranking")
@@ -87,6 +85,7 @@ class Session:
 
     def __init__(self, args: argparse.Namespace, docs: list[str]) -> None:
         from ..generator import SpeculativeGenerator
+        from ..loading import model_source
         from ..retrieval import LLMReranker, load_or_build
 
         self.args = args
@@ -95,6 +94,8 @@ class Session:
                 raise AskError(f"{d}: no such file or folder")
         if args.k < 1 or args.candidates < 1 or args.max_new_tokens < 1:
             raise AskError("--k, --candidates and --max-new-tokens must be at least 1")
+        if args.model is not None:  # a bad path or id fails before minutes of indexing
+            model_source(args.model)
         # Documents first: a bad folder should fail before the model is loaded.
         _status("indexing the documents (cached after the first run) ...", args.json)
         source = docs[0] if len(docs) == 1 else docs
@@ -104,7 +105,8 @@ class Session:
                                        max_bytes=args.max_bytes,
                                        report=lambda line: _status(line, args.json))
         _status("loading the model ...", args.json)
-        self.gen = SpeculativeGenerator.from_pretrained(args.model, dtype=args.dtype)
+        self.gen = SpeculativeGenerator.from_pretrained(args.model, device=args.device,
+                                                        dtype=args.dtype)
         if args.rerank == "llm":
             self.retriever.reranker = LLMReranker(self.gen.model, self.gen.tokenizer)
 
@@ -133,6 +135,7 @@ class Session:
         sources = sorted({Path(p.source).name for p in passages})
         tok_s = len(result.token_ids) / max(stats.prefill_s + stats.decode_s, 1e-9)
         summary = {
+            "model": self.gen.model_name,
             "answer": result.text.strip(),
             "sources": sources,
             "finish_reason": result.finish_reason,

@@ -15,7 +15,7 @@ from ..bench.report import bench_table, sweep_tables, write_json
 from ..bench.runner import run_benchmark
 from ..bench.sweep import run_sweep
 from ..loading import ModelNotFoundError
-from .arguments import int_list
+from .arguments import add_model_flags, int_list
 
 # Mistakes in what the user passed: reported in one line, exit code 2, no traceback.
 INPUT_ERRORS = (DataFormatError, FileNotFoundError, ModelNotFoundError)
@@ -27,11 +27,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None, metavar="N", help="use the first N rows")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
                    help="new tokens per answer, at most (default: %(default)s)")
-    p.add_argument("--model", default=None, metavar="PATH",
-                   help="local Hugging Face model folder (default: the packaged SmolLM2-135M)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="(default: %(default)s; fp32 is what greedy exactness is checked in)")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    add_model_flags(p, dtype_default="float32")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch.set_num_threads for every method (default: torch's choice)")
     p.add_argument("--warmup", type=int, default=1, metavar="N",

@@ -43,7 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=16, help="prompts (default 16)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--num-speculative-tokens", type=int, default=8)
-    p.add_argument("--model", default=None, help="HF model folder (default: packaged model)")
+    p.add_argument("--model", default=None,
+                   help="a Hugging Face hub id or model folder (default: packaged model)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--engine-args", type=json.loads, default=None,
                    help="JSON dict of vLLM engine arguments (default: small CPU limits)")

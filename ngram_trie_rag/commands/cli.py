@@ -18,6 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ngram-trie-rag",
         description="Lossless RAG speed-up with n-gram trie speculative decoding.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {_version()}")
     parser.add_argument(DEBUG_FLAG, action="store_true",
                         help="show the traceback of an error (accepted anywhere on the line)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -28,6 +30,18 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (demo, ask, index, bench, bench_serve, serve):  # the order --help lists
         command.add_parser(sub)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (the source tree's when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ngram-trie-rag")
+    except PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from .arguments import positive_int
+from .arguments import add_model_flags, positive_int
 
 DEFAULT_QUESTION = "What is in the box of the Aurora K3?"
 # The packaged 135M model answers best from the one best passage: given three, it
@@ -34,13 +34,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser("demo", help="answer a question over the bundled documents")
     demo.add_argument("--question", default=None)
     demo.add_argument("--max-new-tokens", type=positive_int, default=128)
-    demo.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
+    add_model_flags(demo)
     demo.set_defaults(func=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     question = DEFAULT_QUESTION if args.question is None else args.question
-    return run_demo(question, args.max_new_tokens, args.dtype)
+    return run_demo(question, args.max_new_tokens, args.dtype, model=args.model,
+                    device=args.device)
 
 
 def sample_docs_dir() -> Path:
@@ -49,15 +50,16 @@ def sample_docs_dir() -> Path:
 
 
 def run_demo(question: str = DEFAULT_QUESTION, max_new_tokens: int = 128,
-             dtype: str | None = None, top_n: int = TOP_N) -> int:
+             dtype: str | None = None, top_n: int = TOP_N, *, model: str | None = None,
+             device: str | None = None) -> int:
     from ..generator import SpeculativeGenerator
     from ..prompts import rag_messages
     from ..reference import greedy_reference
     from ..retrieval import Retriever
 
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    say("Loading the packaged model (SmolLM2-135M-Instruct) ...")
-    gen = SpeculativeGenerator.from_pretrained(dtype=dtype)
+    say(f"Loading {model or 'the packaged model (SmolLM2-135M-Instruct)'} ...")
+    gen = SpeculativeGenerator.from_pretrained(model, device=device, dtype=dtype)
     say(f"Indexing the bundled documents in {sample_docs_dir()} ...")
     retriever = Retriever.build(sample_docs_dir(), progress=False, top_n=top_n)
     passages = retriever.retrieve(question)

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..retrieval.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
 from ..retrieval.errors import RetrievalError
-from .arguments import non_negative_int, positive_int
+from .arguments import add_model_flags, non_negative_int, positive_int
 from .errors import EXIT_USAGE
 from .limits import add_limit_flags
 
@@ -69,8 +69,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                        help="rerank candidates with the LLM: 'llm' scores the query "
                        "likelihood given the passage, 'llm-yesno' the yes/no answer log-odds "
                        "(needs an instruction-following LLM)")
-    query.add_argument("--model", default=None, metavar="PATH",
-                       help="LLM folder for --rerank llm (default: packaged SmolLM2)")
+    add_model_flags(query, what="the LLM of --rerank llm")
     query.add_argument("--nprobe", type=positive_int, default=None,
                        help="override the saved nprobe")
     query.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -141,7 +140,7 @@ def _make_reranker(args: argparse.Namespace) -> Any:
     if args.model:
         from ..loading import load_model
 
-        model, tokenizer = load_model(args.model)
+        model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
         return LLMReranker(model, tokenizer, method=method)
     return LLMReranker(method=method)
 

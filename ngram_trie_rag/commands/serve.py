@@ -21,7 +21,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Start vLLM's OpenAI server (vLLM must be installed in this environment) "
                     "with the trie proposer. Arguments after -- go to vLLM unchanged.")
     p.add_argument("--model", default=None,
-                   help="a Hugging Face model folder (default: the packaged model, converted)")
+                   help="a Hugging Face hub id or model folder, as vLLM takes it (default: the "
+                        "packaged model, converted)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--tensor-parallel-size", type=int, default=1)

@@ -86,15 +86,16 @@ def compact(cache: DynamicCache, block_start: int, keep: list[int]) -> None:
     """
     m = len(keep)
     contiguous = keep == list(range(m))
-    index = None
+    index: dict[torch.device, torch.Tensor] = {}  # one per device (layers split by device_map)
     for layer in cache.layers:
         keys, values = layer.keys, layer.values
         if not contiguous:
-            if index is None:
-                index = torch.tensor(keep, device=keys.device) + block_start
+            rows = index.get(keys.device)
+            if rows is None:
+                rows = index[keys.device] = torch.tensor(keep, device=keys.device) + block_start
             # Gather first (a copy), then write: source and target rows may overlap.
-            keys[:, :, block_start : block_start + m] = keys[:, :, index]
-            values[:, :, block_start : block_start + m] = values[:, :, index]
+            keys[:, :, block_start : block_start + m] = keys[:, :, rows]
+            values[:, :, block_start : block_start + m] = values[:, :, rows]
         layer.keys = keys[:, :, : block_start + m]
         layer.values = values[:, :, : block_start + m]
 

@@ -14,6 +14,12 @@ do not:
 - encoder-decoder models (T5, BART, Whisper, ...) decode against an encoder output the
   engine does not compute.
 
+Verification also needs attention that takes the tree's 4-D additive mask (each node
+sees the prefix and its own ancestors only). Transformers' ``eager`` and ``sdpa`` do;
+``flash_attention_2``/``_3`` read a mask as 2-D padding, and ``flex_attention`` wants a
+``BlockMask``: with them a tree step would attend across branches. Such a model is
+refused with the fix (load it with ``attn_implementation="sdpa"``).
+
 Such a model is refused with a ValueError naming its family, before any forward runs:
 an answer that is not ``generate``'s is worse than none.
 """
@@ -23,6 +29,9 @@ from __future__ import annotations
 import torch
 
 from .attention_windows import attention_windows
+
+# Attention implementations that apply a 4-D additive mask as given (None: the default).
+TREE_MASK_ATTENTION = (None, "eager", "sdpa")
 
 
 def check_supported(model: torch.nn.Module) -> None:
@@ -38,6 +47,12 @@ def check_supported(model: torch.nn.Module) -> None:
         raise ValueError(f"{family} keeps a recurrent (state-space) state that cannot be "
                          "rolled back to the accepted tokens, so draft trees cannot be "
                          "verified. Use model.generate().")
+    attention = getattr(config, "_attn_implementation", None)
+    if attention not in TREE_MASK_ATTENTION:
+        raise ValueError(f"{family} runs attn_implementation={attention!r}, which cannot take "
+                         "a draft tree's attention mask; load it with "
+                         "attn_implementation='sdpa' (or 'eager'), or call "
+                         "model.set_attn_implementation('sdpa')")
     try:
         attention_windows(config)
     except ValueError as error:

@@ -1,8 +1,8 @@
 """``CrossEncoderReranker``: a sentence-transformers ``CrossEncoder`` reads query and passage
 together, which ranks far better than comparing two independent embeddings.
 
-The paper uses BAAI/bge-reranker-v2-m3; any CrossEncoder name (from the offline HF cache)
-or local folder works. Nothing is downloaded.
+The paper uses BAAI/bge-reranker-v2-m3; any CrossEncoder hub id or local folder works,
+resolved as sentence-transformers does.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import numpy as np
 
 from .embedder import default_device, load_local
 from .reranker_base import BaseReranker
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 PAPER_CROSS_ENCODER = "BAAI/bge-reranker-v2-m3"
 

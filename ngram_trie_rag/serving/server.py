@@ -67,9 +67,9 @@ def server_argv(model: str, *, host: str = "127.0.0.1", port: int = 8000,
 
 
 def server_env(tensor_parallel_size: int, on_gpu: bool) -> dict[str, str]:
-    """The environment for the server: thread binding for CPU ranks, offline model loads."""
+    """The environment for the server: the caller's (hub settings included, so a hub id
+    downloads unless the caller set ``HF_HUB_OFFLINE``), plus thread binding for CPU ranks."""
     env = dict(os.environ)
-    env.setdefault("HF_HUB_OFFLINE", "1")
     if not on_gpu and tensor_parallel_size > 1:
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_thread_binding(tensor_parallel_size))
     return env

@@ -144,7 +144,6 @@ class TrieProposer:
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(self._tokenizer_path,
-                                                            local_files_only=True)
+            self._tokenizer = AutoTokenizer.from_pretrained(self._tokenizer_path)
         return [list(ids) for ids in
                 self._tokenizer(texts, add_special_tokens=False)["input_ids"]]

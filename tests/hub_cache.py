@@ -1,0 +1,31 @@
+"""A Hugging Face hub cache laid out from a packaged model, for loading by hub id offline.
+
+``hub/models--ORG--NAME/refs/main`` holds a commit id and ``snapshots/<commit>/`` the
+model's files (links to the converted default model), which is what
+``huggingface_hub`` reads when ``HF_HUB_OFFLINE=1``: Transformers' own resolution of
+``ORG/NAME`` runs, nothing is mocked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HUB_ID = "TestOrg/SmolLM2-hub"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def lay_out(home: Path, hub_id: str = HUB_ID) -> Path:
+    """Make ``home`` an ``HF_HOME`` whose hub cache holds the default model as ``hub_id``."""
+    from ngram_trie_rag.loading import default_model_dir
+
+    org, name = hub_id.split("/")
+    repo = home / "hub" / f"models--{org}--{name}"
+    snapshot = repo / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    for file in default_model_dir().iterdir():
+        link = snapshot / file.name
+        if not link.exists():
+            link.symlink_to(file)
+    return home
