@@ -259,7 +259,7 @@ def _tokenizer(tokenizer: Any, source: str | None, extra: Mapping[str, Any],
     name = os.fspath(tokenizer) if tokenizer is not None else source
     if not name:
         raise ValueError("a loaded model needs its tokenizer: pass tokenizer=")
-    kwargs = {k: model_kwargs[k] for k in HUB_KEYS if k in model_kwargs}
+    kwargs = {k: model_kwargs[k] for k in (*HUB_KEYS, "gguf_file") if k in model_kwargs}
     kwargs.update(tokenizer_kwargs or {})
     try:
         return AutoTokenizer.from_pretrained(name, **({} if tokenizer else extra), **kwargs)

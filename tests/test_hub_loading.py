@@ -61,6 +61,20 @@ def test_ask_by_hub_id_loads_that_model_and_answers(offline_hub, tmp_path, capsy
     assert out["model"] == HUB_ID and out["answer"] and out["tokens"] > 0
 
 
+def test_without_the_packaged_wheel_the_default_comes_from_the_hub(offline_hub,
+                                                                   monkeypatch) -> None:
+    from ngram_trie_rag import loading
+
+    lay_out(offline_hub, loading.DEFAULT_HUB_ID)
+    real = loading.importlib.util.find_spec
+    monkeypatch.setattr(loading.importlib.util, "find_spec",
+                        lambda name, *a: None if name == loading.DEFAULT_MODEL_PACKAGE
+                        else real(name, *a))
+    assert loading.default_model_source() == loading.DEFAULT_HUB_ID
+    model, _ = load_model()
+    assert model.config._name_or_path == loading.DEFAULT_HUB_ID
+
+
 def test_an_id_missing_from_the_offline_cache_names_the_id(offline_hub) -> None:
     with pytest.raises(ModelNotFoundError, match=r"'NoOrg/no-such-model' \(HF_HUB_OFFLINE"):
         load_model("NoOrg/no-such-model")

@@ -47,9 +47,9 @@ def run_bench_serve(data: str, *, methods: Sequence[str] = METHODS,
         raise ValueError(f"limit and max_new_tokens must be >= 1, got {limit} and "
                          f"{max_new_tokens}")
     if model is None:
-        from ..loading import default_model_dir
+        from ..loading import default_model_source
 
-        model = str(default_model_dir())
+        model = default_model_source()
     items = load_items(data, limit=limit)
     from transformers import AutoTokenizer
 

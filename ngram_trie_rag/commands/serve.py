@@ -38,9 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.model is None:
-        from ..loading import default_model_dir
+        from ..loading import default_model_source
 
-        args.model = str(default_model_dir())
+        args.model = default_model_source()
     extra = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
     argv = server_argv(args.model, host=args.host, port=args.port,
                        tensor_parallel_size=args.tensor_parallel_size,

@@ -323,9 +323,9 @@ def shared_vllm_engine(model: str | None = None, *, num_speculative_tokens: int 
             ``enforce_eager``, ``kv_cache_memory_bytes``, ``tensor_parallel_size``...).
     """
     if model is None:
-        from ..loading import default_model_dir
+        from ..loading import default_model_source
 
-        model = str(default_model_dir())
+        model = default_model_source()
     key = engine_key(model, num_speculative_tokens, engine_args)
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
