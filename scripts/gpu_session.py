@@ -82,11 +82,11 @@ def random_folder(meta: Path, quick: bool) -> Path:
     """The default model's config and tokenizer with random weights, saved as a folder."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    folder = Path(os.environ.get("TMPDIR", "/tmp")) / "ngt-random-smollm2"
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"ngt-random-smollm2{'-quick' * quick}"
     if (folder / "model.safetensors").is_file():
         return folder
     shutil.rmtree(folder, ignore_errors=True)
-    shutil.copytree(meta, folder)
+    shutil.copytree(meta, folder, ignore=shutil.ignore_patterns("*.safetensors", "*.gguf"))
     config = AutoConfig.from_pretrained(folder)
     if quick:
         config.num_hidden_layers = 2
