@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -48,6 +49,7 @@ from .drafting.config import DraftConfig
 from .keywords import unknown_keywords
 from .options import GenerationOptions, options_from
 from .validation import not_bool
+from .wrapper_models import shown, without_secrets
 
 DraftMethod = Literal["trie", "backoff", "chain", "none"]
 # The options a wrapper's fields hold (core names); the token budget is named per framework.
@@ -163,12 +165,27 @@ class WrapperSettings(BaseModel):
         known = {*cls.INIT_KEYWORDS, *cls.DEPRECATED}
         for name, info in cls.model_fields.items():
             known.add(name)
-            if info.alias:
-                known.add(info.alias)
+            for alias in (info.alias, info.validation_alias):
+                choices = getattr(alias, "choices", [alias])  # AliasChoices, or one alias
+                known.update(choice for choice in choices if isinstance(choice, str))
         unknown = [key for key in data if key not in known]
         if unknown:
             raise ValueError(unknown_keywords(f"{cls.__name__} keyword(s)", unknown, known))
         return data
+
+    @field_serializer("model_kwargs", "tokenizer_kwargs")
+    def _no_token(self, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return without_secrets(value, mask=None)  # a dump holds no credential
+
+    def __repr_args__(self) -> Any:
+        # A loaded model by its name and a tokenizer object by its class, not their reprs;
+        # a token in the loader keywords masked.
+        for name, value in super().__repr_args__():
+            if name in ("model", "tokenizer"):
+                value = shown(value)
+            elif name in ("model_kwargs", "tokenizer_kwargs"):
+                value = without_secrets(value)
+            yield name, value
 
     @classmethod
     def renamed(cls, data: Any, stacklevel: int = 4) -> Any:

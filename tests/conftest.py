@@ -11,6 +11,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # helper modules: tiny_model, data_files, retrieval_support, greedy_reference
 sys.path.insert(0, str(Path(__file__).parent))
+from hub_cache import loaded_model, model_folder, offline_hub  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session")

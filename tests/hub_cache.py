@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 HUB_ID = "TestOrg/SmolLM2-hub"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -29,3 +31,33 @@ def lay_out(home: Path, hub_id: str = HUB_ID) -> Path:
         if not link.exists():
             link.symlink_to(file)
     return home
+
+
+@pytest.fixture()
+def offline_hub(tmp_path_factory, monkeypatch) -> str:
+    """A laid-out ``HF_HOME`` with this process's hub settings pointed at it, offline (the
+    library reads them at import, so the process's copies are set too); its hub id."""
+    import huggingface_hub.constants as constants
+
+    home = lay_out(tmp_path_factory.mktemp("hf_home"))
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return HUB_ID
+
+
+@pytest.fixture(scope="module")
+def model_folder() -> str:
+    """The packaged default model's folder."""
+    from ngram_trie_rag.loading import default_model_dir
+
+    return str(default_model_dir())
+
+
+@pytest.fixture(scope="module")
+def loaded_model():
+    """The packaged default model as a caller loads it (fp32, CPU), with its tokenizer."""
+    from ngram_trie_rag.loading import load_model
+
+    return load_model()

@@ -19,24 +19,6 @@ ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "The capital of France is"
 
 
-@pytest.fixture(scope="module")
-def hf_home(tmp_path_factory) -> Path:
-    return lay_out(tmp_path_factory.mktemp("hf_home"))
-
-
-@pytest.fixture()
-def offline_hub(hf_home: Path, monkeypatch) -> Path:
-    """This process's hub settings pointed at the laid-out cache, offline (the constants
-    are read at import, so the process's copies are set too)."""
-    import huggingface_hub.constants as constants
-
-    monkeypatch.setenv("HF_HOME", str(hf_home))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hf_home / "hub"))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return hf_home
-
-
 def test_a_hub_id_loads_that_model_and_answers_as_the_same_weights(offline_hub,
                                                                     generator) -> None:
     by_id = SpeculativeGenerator.from_pretrained(HUB_ID, dtype="float32")
@@ -63,9 +45,11 @@ def test_ask_by_hub_id_loads_that_model_and_answers(offline_hub, tmp_path, capsy
 
 def test_without_the_packaged_wheel_the_default_comes_from_the_hub(offline_hub,
                                                                    monkeypatch) -> None:
+    import huggingface_hub.constants as constants
+
     from ngram_trie_rag import loading
 
-    lay_out(offline_hub, loading.DEFAULT_HUB_ID)
+    lay_out(Path(constants.HF_HUB_CACHE).parent, loading.DEFAULT_HUB_ID)
     real = loading.importlib.util.find_spec
     monkeypatch.setattr(loading.importlib.util, "find_spec",
                         lambda name, *a: None if name == loading.DEFAULT_MODEL_PACKAGE

@@ -104,8 +104,9 @@ def open_backend(settings: BackendSettings) -> Backend:
             return LocalBackend(settings.generator)
 
         def load() -> Any:
-            if settings.model is not None and not isinstance(settings.model, str):
-                return _from_objects(settings)
+            if settings.tokenizer is not None or not isinstance(settings.model, str | None):
+                # a loaded model, or a tokenizer of its own: this wrapper's alone
+                return _own_generator(settings)
             from ..shared import shared_generator
 
             return shared_generator(settings.model, device=settings.device,
@@ -135,9 +136,11 @@ def open_backend(settings: BackendSettings) -> Backend:
         engine_args=settings.vllm_engine_args))
 
 
-def _from_objects(settings: BackendSettings) -> Any:
-    """A generator over a model the caller loaded (its tokenizer given or loaded by name);
-    generators over one model object share its engine (lock, forwards, latency curve)."""
+def _own_generator(settings: BackendSettings) -> Any:
+    """A generator over a model the caller loaded, or one loaded here with a tokenizer the
+    caller chose (given, or loaded by name): not shared through the process-wide cache,
+    which is keyed by names. Generators over one model object still share its engine
+    (lock, forwards, latency curve)."""
     from ..generator import SpeculativeGenerator
     from ..loading import load_model
 

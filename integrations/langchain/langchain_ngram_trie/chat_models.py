@@ -51,6 +51,14 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
         chain.invoke("Where was Socrates born?")
         ```
 
+    The model: a hub id, folder or ``.gguf`` file (``model=`` or ``model_id=``; default:
+    the packaged SmolLM2-135M-Instruct), or a model already loaded with its tokenizer:
+
+        ```python
+        llm = ChatNGramTrie(model_id="HuggingFaceTB/SmolLM2-360M-Instruct", device_map="auto")
+        llm = ChatNGramTrie(model=model, tokenizer=tokenizer)  # loaded by the caller
+        ```
+
     The chain needs no change: documents returned by any retriever in the same chain call
     are found through callbacks. ``llm.bind(documents=[...])`` (strings or Documents) takes
     precedence. ``response_metadata["speculative"]`` reports accept lengths, drafted nodes,

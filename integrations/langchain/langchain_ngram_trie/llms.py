@@ -36,6 +36,9 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
         chain = {"context": retriever | fmt, "question": RunnablePassthrough()} | prompt | llm
         ```
 
+    The model is named or passed as for ``ChatNGramTrie`` (``model``/``model_id``: a hub
+    id, folder or ``.gguf`` file, or a loaded model with ``tokenizer=``).
+
     Each generation's ``generation_info`` holds ``finish_reason``, ``usage`` and
     ``speculative`` (accept lengths, drafted nodes, steps, documents drafted from).
 

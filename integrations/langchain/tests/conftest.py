@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,10 @@ from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 from ngram_trie_rag import shared_generator  # noqa: E402
 from ngram_trie_rag.reference import greedy_reference  # noqa: E402
+
+# the core tests' hub cache (tests/hub_cache.py): loading by hub id, offline
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
+from hub_cache import loaded_model, model_folder, offline_hub  # noqa: E402, F401
 
 # The shared benchmark data: $NGRAM_TRIE_RAG_DATA, else shared/data beside the checkout.
 SHARED_DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")

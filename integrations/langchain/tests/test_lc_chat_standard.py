@@ -39,7 +39,11 @@ class _Features:
 
     @property
     def standard_chat_model_params(self) -> dict[str, Any]:
-        return {**super().standard_chat_model_params, "max_tokens": MAX_TOKENS}
+        # max_retries: the model is not called over a network here, so nothing retries
+        # (an unknown keyword is refused, never silently dropped).
+        params = {**super().standard_chat_model_params, "max_tokens": MAX_TOKENS}
+        params.pop("max_retries", None)
+        return params
 
     @property
     def has_tool_calling(self) -> bool:

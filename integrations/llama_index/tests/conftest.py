@@ -14,6 +14,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from li_support import WIKI, PlainGreedyLLM, SpeculativeCalls, wiki_nodes  # noqa: E402
 
+# the core tests' hub cache (tests/hub_cache.py): loading by hub id, offline
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
+from hub_cache import loaded_model, model_folder, offline_hub  # noqa: E402, F401
+
 MAX_NEW_TOKENS = 32
 
 

@@ -16,7 +16,7 @@ def trackers():
 
 print("import", trackers())
 from llama_index.llms.ngram_trie import NGramTrieLLM
-NGramTrieLLM(model_path="/no/such/model")  # building loads nothing
+NGramTrieLLM(model_name="/no/such/model")  # building loads nothing
 print("first", trackers())
 NGramTrieLLM()
 NGramTrieLLM(n=9, prefix_len=2)

@@ -117,7 +117,7 @@ def test_what_each_vllm_place_is_asked_for(served) -> None:
     _, asked = served
     llms = [NGramTrieLLM(base_url=URL, model_name="smollm2", api_key="secret",
                          request_timeout=5.0),
-            NGramTrieLLM(backend="vllm", model_path="/models/x", num_speculative_tokens=4,
+            NGramTrieLLM(backend="vllm", model_name="/models/x", num_speculative_tokens=4,
                          vllm_engine_args={"dtype": "float32"})]
     assert all(isinstance(llm.engine, VLLMBackend) for llm in llms)
     server, engine = asked

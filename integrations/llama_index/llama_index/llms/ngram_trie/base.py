@@ -82,6 +82,14 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM,
         engine = index.as_query_engine(llm=llm)
         engine.query("Who founded the company?")
 
+    The model, as ``HuggingFaceLLM`` takes it: ``model_name`` (a hub id, a folder or a
+    ``.gguf`` file; default: the packaged SmolLM2-135M-Instruct) with ``tokenizer_name``,
+    ``model_kwargs``, ``tokenizer_kwargs``, ``device_map``, ``chat_template_kwargs``; or a
+    model already loaded::
+
+        model = AutoModelForCausalLM.from_pretrained("HuggingFaceTB/SmolLM2-360M-Instruct")
+        llm = NGramTrieLLM(model=model, tokenizer=tokenizer)  # or tokenizer_name=...
+
     On vLLM, with the same draft sources, sent along with each request::
 
         llm = NGramTrieLLM(base_url="http://127.0.0.1:8000/v1", model_name="smollm2")
@@ -95,7 +103,7 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM,
 
     def __init__(self, generator: SpeculativeGenerator | None = None, **kwargs: Any) -> None:
         """``generator``: an already loaded ``SpeculativeGenerator`` to use instead of
-        loading ``model_path`` (its own trie settings then apply)."""
+        loading ``model_name`` (its own trie settings then apply)."""
         super().__init__(**kwargs)
         self._given_generator = generator
         self.check_all()
@@ -115,7 +123,7 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM,
             num_output=self.max_new_tokens,
             is_chat_model=self.uses_chat_template(),
             is_function_calling_model=True,  # tool calls decode under a grammar anywhere
-            model_name=self.model_name or self.engine.model_name,
+            model_name=self.model_label,
         )
 
     def uses_chat_template(self) -> bool:
