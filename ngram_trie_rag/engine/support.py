@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import torch
 
+from . import gqa_attention
 from .attention_windows import attention_windows
 
-# Attention implementations that apply a 4-D additive mask as given (None: the default).
-TREE_MASK_ATTENTION = (None, "eager", "sdpa")
+# Attention implementations that apply a 4-D additive mask as given (None: the default;
+# the engine's own measured SDPA variant, installed on models it runs, is SDPA).
+TREE_MASK_ATTENTION = (None, "eager", "sdpa", gqa_attention.NAME)
 
 
 def check_supported(model: torch.nn.Module) -> None:
