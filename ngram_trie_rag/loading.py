@@ -296,18 +296,19 @@ def _check_reachable(hub_id: str, model_kwargs: Mapping[str, Any]) -> None:
     except Exception as exc:  # the HTTP client's connection errors, whatever the library
         raise ModelNotFoundError(
             f"cannot load a model from {hub_id!r}: it is not in the local Hugging Face cache "
-            f"and the hub at {constants.ENDPOINT} did not answer ({_first_line(exc)}); "
+            f"and the hub at {constants.ENDPOINT} did not answer ({first_line(exc)}); "
             "set HF_ENDPOINT for a mirror, or pass a local folder") from exc
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first non-blank line of an error: library reasons run to many lines."""
     return next((line for line in str(exc).splitlines() if line.strip()),
                 type(exc).__name__).strip()
 
 
 def _load_error(name: str, exc: BaseException) -> ModelNotFoundError:
     """One line naming what failed to load: Transformers' reasons run to many lines."""
-    reason = _first_line(exc)
+    reason = first_line(exc)
     offline = " (HF_HUB_OFFLINE is set: only the local cache is read)" if (
         os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")) else ""
     return ModelNotFoundError(f"cannot load a model from {name!r}{offline}: {reason}")

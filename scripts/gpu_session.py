@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from ngram_trie_rag.bench import cost_curve  # noqa: E402
 from ngram_trie_rag.commands.cli import main as cli  # noqa: E402
+from ngram_trie_rag.engine.latency import sync_device  # noqa: E402
 
 CURVE_SHAPES = ("smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b")
 
@@ -137,22 +138,22 @@ def profile(out: Path, device: torch.device, quick: bool, model: Path, data: Pat
     report = io.StringIO()
     for name, run in runs.items():
         run()  # warm-up (and the engine's first-use work)
-        _sync(device)
+        sync_device(device)
         start = time.perf_counter()
         run()
-        _sync(device)
+        sync_device(device)
         print(f"profile {name}: {(time.perf_counter() - start) * 1e3 / tokens:.1f} ms/token",
               flush=True)
         prof = cProfile.Profile()
         prof.enable()
         run()
-        _sync(device)
+        sync_device(device)
         prof.disable()
         report.write(f"\n== {name}: cProfile, top 25 by total time\n")
         pstats.Stats(prof, stream=report).sort_stats("tottime").print_stats(25)
         with torch.profiler.profile() as tp:
             run()
-            _sync(device)
+            sync_device(device)
         report.write(f"\n== {name}: torch operators, top 20 by self CPU time\n")
         report.write(tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
     (out / "profile.txt").write_text(report.getvalue())
@@ -171,19 +172,14 @@ def compiled(out: Path, device: torch.device, quick: bool, model_dir: Path, data
     times = {}
     for label, cache in (("dynamic", None), ("static-1st", "static"), ("static-2nd", "static"),
                          ("static-3rd", "static")):
-        _sync(device)
+        sync_device(device)
         start = time.perf_counter()
         model.generate(**ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
                        cache_implementation=cache)
-        _sync(device)
+        sync_device(device)
         times[label] = (time.perf_counter() - start) * 1e3 / tokens
         print(f"compiled {label}: {times[label]:.1f} ms/token", flush=True)
     (out / "compiled.json").write_text(json.dumps(times, indent=1))
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _bench(result: Path, model: Path, data: Path, device: torch.device, dtype: str,

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ..drafting.draft_tree import DraftTree
+from ..engine.latency import sync_device
 
 # Model shapes (architecture, config fields) of the models users run. Random weights.
 SHAPES: dict[str, tuple[str, dict]] = {
@@ -92,20 +93,15 @@ def draft_tree(kind: str, size: int, rng: np.random.Generator) -> DraftTree:
     return DraftTree(tokens=tokens, parents=parents.astype(np.int64), depths=depths)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _median_ms(fn, device: torch.device, warmup: int, repeats: int) -> float:
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
-        _sync(device)
+        sync_device(device)
         start = time.perf_counter()
         fn()
-        _sync(device)
+        sync_device(device)
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 

@@ -113,10 +113,10 @@ class _ForwardTimer:
         from .forward import forward
 
         device = self.model.device
-        _sync(device)
+        sync_device(device)
         start = time.perf_counter()
         forward(self.model, self.step, *inputs, self.cache, layout, pack)
-        _sync(device)
+        sync_device(device)
         elapsed = time.perf_counter() - start
         self.drop_appended()
         return elapsed
@@ -215,6 +215,8 @@ def curve_holds(model, curve: LatencyCurve, packed_gqa: bool = False,
     return True
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (a no-op on a CPU): every timing reads the clock
+    after it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -56,10 +56,6 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
 def load_local(cls: type, name: str, what: str, **kwargs) -> object:
     """``cls(name, **kwargs)`` (a sentence-transformers model class): a local folder, or a
     hub id resolved as sentence-transformers does (cache first; the hub unless
@@ -67,9 +63,11 @@ def load_local(cls: type, name: str, what: str, **kwargs) -> object:
     try:
         return cls(name, **kwargs)
     except (OSError, ValueError) as exc:
+        from ..loading import first_line
+
         raise ModelLoadError(
             f"cannot load {what} {name!r}: not a local folder, and the Hugging Face hub "
-            f"or its cache did not provide it ({_first_line(exc)})"
+            f"or its cache did not provide it ({first_line(exc)})"
         ) from exc
 
 
