@@ -15,6 +15,9 @@ Parts:
   trie steps (``profile.txt``), with ``--gguf``'s weights or else ``--meta``'s random ones.
 - ``compiled``: ``generate`` with a static cache (compiled by Transformers on CUDA),
   per-token time of the first (compiling) and later calls (``compiled.json``).
+- ``static``: :mod:`ngram_trie_rag.bench.static_step`, the fixed-shape compiled tree
+  step against the eager one over a static cache, bf16 on CUDA (``static.json``,
+  ``static.md``), within ``--deadline`` seconds of the script's start.
 - ``bench``: the packaged model's GGUF, fp32 (exactness: ``vanilla``, ``chain``,
   ``trie``) then bf16 (every method) on Spec-Bench RAG (``fp32.json``, ``bf16.json``).
 
@@ -41,6 +44,7 @@ from ngram_trie_rag.bench import cost_curve  # noqa: E402
 from ngram_trie_rag.commands.cli import main as cli  # noqa: E402
 from ngram_trie_rag.engine.latency import sync_device  # noqa: E402
 
+STARTED = time.perf_counter()
 CURVE_SHAPES = ("smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b")
 
 
@@ -71,12 +75,16 @@ def curve(out: Path, device: torch.device, quick: bool) -> None:
         start = time.perf_counter()
         points += cost_curve.measure(shape, device=device, dtype=dtype, **kwargs)
         print(f"curve {shape}: {time.perf_counter() - start:.1f} s", flush=True)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        (out / "curve.json").write_text(json.dumps(cost_curve.as_json(points), indent=1))
-    text = cost_curve.table(points)
-    (out / "curve.md").write_text(text + "\n")
-    print(text, flush=True)
+        _save(out, "curve", device, cost_curve.as_json(points), cost_curve.table(points))
+    print(cost_curve.table(points), flush=True)
+
+
+def _save(out: Path, name: str, device: torch.device, rows: list[dict], text: str) -> None:
+    """After each shape: the memory back for the next, the results so far on disk."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    (out / f"{name}.json").write_text(json.dumps(rows, indent=1))
+    (out / f"{name}.md").write_text(text + "\n")
 
 
 def random_folder(meta: Path, quick: bool) -> Path:
@@ -182,6 +190,29 @@ def compiled(out: Path, device: torch.device, quick: bool, model_dir: Path, data
     (out / "compiled.json").write_text(json.dumps(times, indent=1))
 
 
+def static(out: Path, device: torch.device, quick: bool, deadline: float, spec: str) -> None:
+    from ngram_trie_rag.bench import static_step
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    runs = ((("tiny-llama", 64, (0, 4, 16)),) if quick else
+            (("smollm2-135m", 1024, static_step.SIZES), ("llama-3.1-8b", 2048, static_step.SIZES),
+             ("qwen2.5-7b", 2048, static_step.SIZES)))
+    if spec:  # "shape:context:k,k,..;shape:context:k,.."
+        runs = tuple((shape, int(context), tuple(int(k) for k in sizes.split(",")))
+                     for shape, context, sizes in (run.split(":") for run in spec.split(";")))
+    points = []
+    for shape, context, sizes in runs:
+        left = deadline - (time.perf_counter() - STARTED)
+        if left < 60:
+            print(f"static {shape}: skipped, {left:.0f} s left", flush=True)
+            continue
+        points += static_step.measure(shape, device=device, dtype=dtype, context=context,
+                                      sizes=sizes, warmup=1 if quick else 3,
+                                      repeats=3 if quick else 10, compile_budget_s=left - 60)
+        _save(out, "static", device, static_step.as_json(points), static_step.table(points))
+    print(static_step.table(points), flush=True)
+
+
 def _bench(result: Path, model: Path, data: Path, device: torch.device, dtype: str,
            methods: str, limit: int, tokens: int) -> None:
     start = time.perf_counter()
@@ -200,6 +231,10 @@ def main() -> None:
     p.add_argument("--meta", type=Path, default=None,
                    help="folder with the default model's config and tokenizer files")
     p.add_argument("--gguf", type=Path, default=None, help="the default model's GGUF file")
+    p.add_argument("--deadline", type=float, default=float("inf"),
+                   help="seconds from the start after which the static part starts nothing new")
+    p.add_argument("--static-runs", default="",
+                   help="static part: 'shape:context:K,K,..;..' instead of the default runs")
     p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "spec_bench"
                    / "rag.jsonl")
     args = p.parse_args()
@@ -220,6 +255,8 @@ def main() -> None:
             elif part == "compiled":
                 compiled(args.out, device, args.quick,
                          random_folder(args.meta, args.quick), args.data)
+            elif part == "static":
+                static(args.out, device, args.quick, args.deadline, args.static_runs)
             elif part == "bench":
                 bench(args.out, device, args.quick, args.gguf, args.data)
             else:

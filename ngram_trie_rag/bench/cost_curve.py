@@ -93,7 +93,7 @@ def draft_tree(kind: str, size: int, rng: np.random.Generator) -> DraftTree:
     return DraftTree(tokens=tokens, parents=parents.astype(np.int64), depths=depths)
 
 
-def _median_ms(fn, device: torch.device, warmup: int, repeats: int) -> float:
+def median_ms(fn, device: torch.device, warmup: int, repeats: int) -> float:
     for _ in range(warmup):
         fn()
     times = []
@@ -142,10 +142,10 @@ def measure(shape: str, *, device: torch.device, dtype: torch.dtype,
                  for kind in ("chain", "tree") for size in sizes}
         for tree in (None, *trees.values()):  # every shape once: clocks up, kernels chosen
             step(tree)
-        plain = _median_ms(lambda: step(None), device, warmup, repeats)
+        plain = median_ms(lambda: step(None), device, warmup, repeats)
         points.append(Point(shape, context, "plain", 0, plain, 1.0))
         for (kind, size), tree in trees.items():
-            ms = _median_ms(lambda tree=tree: step(tree), device, warmup, repeats)
+            ms = median_ms(lambda tree=tree: step(tree), device, warmup, repeats)
             points.append(Point(shape, context, kind, size, ms, ms / plain))
     return points  # the model goes with this frame: the next shape has the memory
 
