@@ -57,6 +57,7 @@ class _Request:
     kv: KV | None = None
     constraint: Constraint | None = None  # the grammar the answer must match, if any
     repeats: RepetitionStop | None = None  # ends the answer once it repeats itself
+    reserve: int = 0  # tokens kept back to close the grammar's structure (last known)
     last: int = -1  # the newest committed token (not in the cache yet)
     produced: int = 0
     finish: FinishReason | None = None
@@ -251,6 +252,11 @@ class SpeculativeGenerator:
     def _step(self, req: _Request) -> Step:
         start = time.perf_counter()
         room = req.limit - req.produced  # tokens left before the limit
+        if req.constraint is not None:  # keep room to close the structure at the limit
+            closing = self._closing(req, room)
+            if closing is not None:
+                return self._close(req, closing, "length")
+            room -= req.reserve
         # the bonus token needs a place too; some RoPE variants cap the depth
         tree = self._draft(req, min(room - 1, self.engine.depth_room(req.kv.length)))
         inputs = self.engine.prepare(req.kv, req.last, tree)
@@ -274,6 +280,29 @@ class SpeculativeGenerator:
         if req.constraint is not None:
             req.constraint.advance(tokens)
         return self._emit(req, tokens, finish)
+
+    def _closing(self, req: _Request, room: int) -> list[int] | None:
+        """The closing tokens when the structure must be closed now, else None (with
+        ``req.reserve`` refreshed near the limit). A step emits at most ``num_draft + 1``
+        tokens, so the closing length is re-read only within that of the limit; where no
+        closing fits the room, nothing is kept back and the answer may end cut."""
+        if req.produced > 1 and room > req.reserve + self.config.num_draft + 8:
+            return None
+        closing = req.constraint.closing(room)
+        req.reserve = len(closing) if closing else 0
+        return closing if closing and len(closing) >= room else None
+
+    def _close(self, req: _Request, closing: list[int], why: FinishReason) -> Step:
+        """End the answer with the grammar's closing tokens (see
+        :mod:`~ngram_trie_rag.grammar_closing`), after every held-back token."""
+        tokens: list[int] = []
+        if req.repeats is not None:
+            tokens, _ = req.repeats.emit([], why, req.stats)
+        req.stats.closed_by, req.stats.closed_at = why, req.produced
+        req.produced += len(closing)
+        req.finish = why
+        req.stats.decode_s = time.perf_counter() - req.decode_start
+        return tokens + closing, why, req.stats
 
     def _draft(self, req: _Request, room: int) -> DraftTree:
         """The trie's draft; under a grammar that forces the next tokens, those tokens
@@ -302,9 +331,23 @@ class SpeculativeGenerator:
             finish = "length"
         if req.repeats is not None:  # only tokens no later cut can remove leave
             tokens, finish = req.repeats.emit(tokens, finish, req.stats)
+            if finish == "repetition" and req.constraint is not None:
+                tokens = tokens + self._close_after_cut(req)
         req.finish = finish
         req.stats.decode_s = time.perf_counter() - req.decode_start
         return tokens, finish, req.stats
+
+
+    def _close_after_cut(self, req: _Request) -> list[int]:
+        """The closing tokens after a repetition cut: the grammar's state goes back to
+        the kept answer, then the structure is closed within the limit (nothing when it
+        cannot be)."""
+        kept = req.repeats.tokens
+        req.constraint.restart(kept)
+        closing = req.constraint.closing(req.limit - len(kept))
+        if closing:
+            req.stats.closed_by, req.stats.closed_at = "repetition", len(kept)
+        return closing or []
 
 
 def _options(options: GenerationOptions | None, changes: dict[str, Any]) -> GenerationOptions:

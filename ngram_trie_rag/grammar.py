@@ -24,13 +24,14 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .drafting import DraftTree
+from .grammar_closing import ClosingVocab, closing
 from .optional import require
 
 KINDS = ("json_schema", "json", "regex", "ebnf")
@@ -95,6 +96,17 @@ class GrammarCompiler:
         stops = set(self.info.stop_token_ids)
         added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
         self.banned = sorted(i for i in added if i not in stops and i < vocab_size)
+        self._closing_vocab: ClosingVocab | None = None
+
+    @property
+    def closing_vocab(self) -> ClosingVocab:
+        """What closing an answer early chooses from (built on first use, ~0.1 s)."""
+        with self._lock:
+            if self._closing_vocab is None:
+                special = [*self.banned, *self.info.stop_token_ids]
+                self._closing_vocab = ClosingVocab(self.info.decoded_vocab[:self.vocab_size],
+                                                   special)
+            return self._closing_vocab
 
     def compile(self, grammar: Grammar) -> Any:
         """The compiled grammar (cached); a ValueError says why one cannot compile."""
@@ -124,7 +136,8 @@ class GrammarCompiler:
         return c.compile_grammar(grammar.source)
 
     def constraint(self, grammar: Grammar) -> Constraint:
-        return Constraint(self.compile(grammar), self.vocab_size, self.banned)
+        return Constraint(self.compile(grammar), self.vocab_size, self.banned,
+                          lambda: self.closing_vocab)
 
 
 _COMPILERS: dict[tuple[int, int], GrammarCompiler] = {}
@@ -144,10 +157,12 @@ def compiler_for(tokenizer: Any, vocab_size: int) -> GrammarCompiler:
 class Constraint:
     """One request's grammar state: masks for a draft tree, then the tokens it took."""
 
-    def __init__(self, compiled: Any, vocab_size: int, banned: Iterable[int] = ()) -> None:
+    def __init__(self, compiled: Any, vocab_size: int, banned: Iterable[int] = (),
+                 closing_vocab: Callable[[], ClosingVocab] | None = None) -> None:
         xgr = _xgrammar()
         self._xgr = xgr
         self.matcher = xgr.GrammarMatcher(compiled)
+        self._closing_vocab = closing_vocab
         self.vocab_size = vocab_size
         self._banned = torch.tensor(sorted(banned), dtype=torch.long)
         self._bits = torch.arange(32, dtype=torch.int32)
@@ -234,6 +249,21 @@ class Constraint:
                 return
             if not self.matcher.accept_token(int(tok)):
                 raise RuntimeError(f"token {tok} is not allowed by the grammar here")
+
+    def closing(self, limit: int) -> list[int] | None:
+        """At most ``limit`` tokens that complete the structure from the committed
+        tokens (none when the grammar may end now), or None (see
+        :mod:`~ngram_trie_rag.grammar_closing`). Found on a fork: nothing is committed."""
+        if self._closing_vocab is None:
+            return None
+        return closing(self.matcher.fork(), self._fill,
+                       self._closing_vocab(), self.matcher.stop_token_ids, limit)
+
+    def restart(self, tokens: Sequence[int]) -> None:
+        """Commit exactly ``tokens`` from the start (an answer cut back after its
+        tokens were committed)."""
+        self.matcher.reset()
+        self.advance(tokens)
 
     def forced(self, limit: int) -> list[int]:
         """Up to ``limit`` tokens the grammar forces from here (one allowed token each),

@@ -21,6 +21,10 @@ from .validation import integer
 
 NGram = tuple[int, ...]
 
+# The window the command line uses unless told otherwise: a repeated run of 12 tokens is
+# a loop, not a phrase an answer legitimately says twice ("the error E2 ...").
+DEFAULT_N = 12
+
 
 def repeat_cut(tokens: Sequence[int], n: int, start: int = 0,
                seen: dict[NGram, int] | None = None) -> int | None:

@@ -27,6 +27,11 @@ class GenerationStats:
     last_forward_s: float = 0.0  # the latest verification forward (for the budget)
     forced_tokens: int = 0  # tokens a grammar forced (drafted with certainty)
     threads_used: dict[int, int] = field(default_factory=dict)  # CPU threads -> steps
+    # An answer under a grammar that had to end early is closed so that it parses: why
+    # ("length" or "repetition") and where (the index in token_ids of the first closing
+    # token, which the grammar chose, not the model); None: not closed.
+    closed_by: str | None = None
+    closed_at: int | None = None
 
     @property
     def steps(self) -> int:

@@ -48,6 +48,7 @@ from .drafting import AnswerStore
 from .drafting.config import DraftConfig
 from .keywords import unknown_keywords
 from .options import GenerationOptions, options_from
+from .repetition import DEFAULT_N
 from .validation import not_bool
 from .wrapper_models import shown, without_secrets
 
@@ -122,8 +123,10 @@ class WrapperSettings(BaseModel):
     stop: list[str] | None = Field(default=None, description="Stop strings; the answer "
                                    "ends before the first one.")
     repetition_stop: int | None = Field(
-        default=None, description="An n-gram length n >= 2: the answer ends before its first "
-        "repeated n-gram (a prefix of the plain answer). Local engine only.")
+        default=DEFAULT_N, description="An n-gram length n >= 2: the answer ends before its "
+        "first repeated n-gram (a prefix of the plain answer; finish reason 'repetition'), "
+        "so a looping small model stops instead of filling the token budget. None turns it "
+        "off. Local engine only (where calls run elsewhere, the default does not apply).")
     remember_answers: bool = Field(
         default=True, description="Keep each scope's answers and draft later answers of that "
         "scope from them (the scope: where a call's documents came from, or a name the "
@@ -276,6 +279,8 @@ class WrapperSettings(BaseModel):
         after construction, ``llm.temperature = 0.2``, applies to the next call)."""
         values = {self.spelled(core): getattr(self, self.spelled(core))
                   for core in OPTION_FIELDS}
+        if "repetition_stop" not in self.settings_given() and self.runs_on != "local":
+            values[self.spelled("repetition_stop")] = None  # a local default, not a choice
         return options_from(self.NAMES, **values)
 
     def call_options(self, keywords: Mapping[str, Any],

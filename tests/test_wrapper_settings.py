@@ -118,3 +118,16 @@ def test_a_field_assigned_after_construction_applies_to_the_next_call() -> None:
     settings.max_tokens = 0
     with pytest.raises(ValueError, match="max_tokens must be >= 1"):
         settings.call_options({})
+
+
+def test_the_repetition_stop_is_on_by_default_where_the_engine_is_local() -> None:
+    from ngram_trie_rag.repetition import DEFAULT_N
+
+    assert Settings().call_options({}).repetition_stop == DEFAULT_N
+    assert Settings(repetition_stop=None).call_options({}).repetition_stop is None
+    assert Settings().call_options({"repetition_stop": None}).repetition_stop is None
+    assert Settings().call_options({"repetition_stop": 4}).repetition_stop == 4
+    # elsewhere it is a local default, not a choice the caller made: nothing to refuse
+    assert Settings(base_url=URL).call_options({}).repetition_stop is None
+    with pytest.raises(ValueError, match="repetition_stop cannot be used"):
+        Settings(base_url=URL, repetition_stop=8)
