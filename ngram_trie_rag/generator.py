@@ -131,7 +131,8 @@ class SpeculativeGenerator:
 
     @property
     def latency_curve(self) -> LatencyCurve:
-        """Seconds per verification forward by size, as measured on this host."""
+        """Seconds per verification forward by size on this host: measured (``calibrate``),
+        refined from real steps, or probed (see :mod:`~ngram_trie_rag.engine.curve_cache`)."""
         return self.engine.curve
 
     # ---- inputs ---------------------------------------------------------------------
@@ -201,7 +202,7 @@ class SpeculativeGenerator:
             constraint = compiler_for(self.tokenizer, self.logits_width).constraint(
                 options.grammar)
         docs = self.encode_documents(documents) if documents is not None else None
-        _ = self.engine.curve  # measured now, if it must be, not while the stream holds the lock
+        _ = self.engine.curve  # stored, or probed now (not while the stream holds the lock)
         store = options.answer_store
         drafter = self.drafter(ids, docs, method, options.num_draft,
                                answers=store.answers() if store is not None else ())
@@ -238,6 +239,7 @@ class SpeculativeGenerator:
     def _prefill(self, req: _Request, ids: list[int]) -> Step:
         start = time.perf_counter()
         req.kv, logits = self.engine.prefill(ids)
+        req.stats.prefix_reused = req.kv.reused
         if req.constraint is not None:
             logits = req.constraint.apply(logits.unsqueeze(0), req.constraint.bitmasks(
                 -1, DraftTree.empty()), req.params.greedy)[0]
@@ -334,6 +336,8 @@ class SpeculativeGenerator:
             if finish == "repetition" and req.constraint is not None:
                 tokens = tokens + self._close_after_cut(req)
         req.finish = finish
+        if finish is not None and req.drafter.budget is not None:  # the steps' timings live on
+            self.engine.refine_curve(req.drafter.budget.refined())
         req.stats.decode_s = time.perf_counter() - req.decode_start
         return tokens, finish, req.stats
 

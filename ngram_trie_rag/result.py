@@ -31,6 +31,7 @@ class GenerationStats:
     # ("length" or "repetition") and where (the index in token_ids of the first closing
     # token, which the grammar chose, not the model); None: not closed.
     closed_by: str | None = None
+    prefix_reused: int = 0  # prompt tokens whose cache the previous request left (not prefilled)
     closed_at: int | None = None
 
     @property

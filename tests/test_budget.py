@@ -71,3 +71,37 @@ def test_latency_fit_is_monotone_and_pools_a_spike() -> None:
     assert list(fitted.values()) == sorted(fitted.values())
     assert np.isclose(fitted[2], 0.07) and np.isclose(fitted[4], 0.07)
     assert fitted[1] == 0.04 and fitted[5] == 0.20
+
+
+def test_record_latency_refines_a_size_of_the_curve_and_says_which() -> None:
+    budget = DraftBudget({1: 0.04, 9: 0.08, 17: 0.12}, max_draft=16)
+    assert budget.refined() == {}
+    budget.record_latency(9, 0.18)
+    assert np.isclose(budget.latency[9], 0.09)
+    assert budget.refined() == {9: budget.latency[9]}
+    # a size no step has timed keeps the curve's shape at the steps' scale
+    assert np.isclose(budget.latency[17], 0.12 * 0.09 / 0.08) and budget.latency[1] == 0.04
+    budget.record_latency(17, 0.12)  # once timed, a size follows its own steps
+    budget.record_latency(9, 0.5)
+    assert np.isclose(budget.latency[17], 0.9 * 0.135 + 0.1 * 0.12)
+
+
+def test_a_step_between_sizes_moves_both_neighbours_by_its_ratio() -> None:
+    """A step of 13 tokens, half-way between 9 and 17, that took twice what the curve
+    says: both neighbours rise by half of the tenth a measured size would."""
+    budget = DraftBudget({1: 0.04, 9: 0.08, 17: 0.12}, max_draft=16)
+    budget.record_latency(13, 0.20)  # the curve says 0.10
+    assert np.isclose(budget.latency[9], 0.08 * 1.05)
+    assert np.isclose(budget.latency[17], 0.12 * 1.05)
+    assert budget.latency[1] == 0.04
+    assert set(budget.refined()) == {9, 17}
+    budget.record_latency(33, 0.12)  # past the largest size: the largest alone
+    assert budget.latency[17] < 0.12 * 1.05 and set(budget.refined()) == {9, 17}
+
+
+def test_a_stalled_step_moves_the_curve_a_bounded_step() -> None:
+    budget = DraftBudget({1: 0.04, 9: 0.08}, max_draft=16)
+    budget.record_latency(1, 4.0)  # a hundred times the curve: counted as three times
+    assert np.isclose(budget.latency[1], 0.04 * 1.2)
+    budget.record_latency(1, 0.0)
+    assert np.isclose(budget.latency[1], 0.04 * 1.2 * (1 + 0.1 * (1 / 3 - 1)))

@@ -85,6 +85,8 @@ CASES = [
     ("index query", "model", "index query INDEX q? --rerank llm --model WEIGHTLESS",
      "cannot load a model"),
     ("bench", "model", "bench --data DATA --out OUT --model MISSING", "does not exist"),
+    ("calibrate", "model", "calibrate --model MISSING", "does not exist"),
+    ("calibrate", "model", "calibrate --model WEIGHTLESS", "cannot load a model"),
     ("sweep", "model", "sweep --data DATA --out OUT --model WEIGHTLESS --replay",
      "cannot load a model"),
     ("bench-serve", "model", "bench-serve --data DATA --model MISSING", "missing"),

@@ -1,5 +1,5 @@
-"""The latency curve's disk store and the check that decides whether a stored curve
-still holds (tiny random Llamas: the point is the plumbing, not the numbers)."""
+"""The latency curve's disk store, the quick default curve and the full measurement
+(tiny random Llamas: the point is the plumbing, not the numbers)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch
 from tiny_model import tiny_llama
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.engine import Engine, curve_cache, latency, linear_layout, llama_step
-from ngram_trie_rag.engine.latency import LatencyCurve, curve_holds, latency_curve
+from ngram_trie_rag.engine import Engine, curve_cache, linear_layout, llama_step
+from ngram_trie_rag.engine.latency import SIZES, LatencyCurve, default_curve, latency_curve
 
 KEY = ("LlamaForCausalLM", "llama", 1234, "torch.float32", "cpu", 2, 2, 32, True)
 CURVE = LatencyCurve({1: 0.03, 2: 0.031, 9: 0.05, 17: 0.08},
@@ -38,8 +38,19 @@ def test_store_round_trip(tmp_path: Path) -> None:
     assert curve_cache.load(other, tmp_path) is None
 
 
+def test_store_keeps_the_source_and_reads_old_files_as_measured(tmp_path: Path) -> None:
+    default = replace(CURVE, layouts={}, pack_single=False, source="default")
+    assert curve_cache.load(KEY, curve_cache.save(KEY, default, tmp_path).parent) == default
+    path = curve_cache.save(KEY, CURVE, tmp_path)
+    doc = json.loads(path.read_text())
+    assert doc["source"] == "measured"
+    del doc["source"]  # a file written before curves said where they came from
+    path.write_text(json.dumps(doc))
+    assert curve_cache.load(KEY, tmp_path) == CURVE
+
+
 @pytest.mark.parametrize("damage", ["garbage", "other key", "too old", "future", "layout",
-                                    "negative", "no seconds", "missing field"])
+                                    "negative", "no seconds", "missing field", "source"])
 def test_store_ignores_what_it_cannot_trust(tmp_path: Path, damage: str) -> None:
     path = curve_cache.save(KEY, CURVE, tmp_path)
     doc = json.loads(path.read_text())
@@ -60,6 +71,8 @@ def test_store_ignores_what_it_cannot_trust(tmp_path: Path, damage: str) -> None
             doc["seconds"] = {}
         elif damage == "missing field":
             del doc["pack_single"]
+        elif damage == "source":
+            doc["source"] = "guessed"
         path.write_text(json.dumps(doc))
     assert curve_cache.load(KEY, tmp_path) is None
 
@@ -70,45 +83,34 @@ def test_unwritable_cache_is_not_an_error(tmp_path: Path) -> None:
     assert curve_cache.save(KEY, CURVE, blocker / "latency") is None
 
 
-def test_curve_holds_rejects_a_curve_off_by_tenfold(tiny: SpeculativeGenerator) -> None:
-    model = tiny.model
-    measured = latency_curve(model, sizes=(1, 8), repeats=2)
-    for factor in (10.0, 0.1):
-        off = replace(measured, seconds={q: s * factor for q, s in measured.seconds.items()})
-        assert not curve_holds(model, off, repeats=2)
-    assert not curve_holds(model, LatencyCurve({4: 0.01}))  # no size to check against
-
-
-def test_curve_holds_times_the_curves_own_variants(tiny: SpeculativeGenerator,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the tolerance opened up, any curve with check sizes holds: the check ran
-    the variants the curve names (transposed layout, packed attention) without error."""
-    monkeypatch.setattr(latency, "CHECK_TOLERANCE", float("inf"))
-    curve = LatencyCurve({1: 1.0, 9: 1.0}, {9: "transposed"}, pack_single=True)
-    assert curve_holds(tiny.model, curve, packed_gqa=True, repeats=1)
-
-
-def test_generator_stores_then_reuses_then_replaces(tiny: SpeculativeGenerator, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))
-    key = ("tiny-test", 1)
+def test_default_curve_is_a_rising_line_in_stock_variants(tiny: SpeculativeGenerator) -> None:
     engine = tiny.engine
+    curve = default_curve(tiny.model, packed_gqa=engine.packed_gqa, windows=engine.windows,
+                          step=engine.step)
+    assert curve.source == "default" and curve.layouts == {} and not curve.pack_single
+    assert sorted(curve.seconds) == [1] + [1 + k for k in SIZES]
+    times = [curve.seconds[q] for q in sorted(curve.seconds)]
+    assert times[0] > 0 and all(a < b for a, b in zip(times, times[1:], strict=False))
+    slope = (curve.seconds[17] - curve.seconds[1]) / 16  # one line through every size
+    assert curve.seconds[65] == pytest.approx(curve.seconds[1] + 64 * slope)
 
-    def stored_or_measured() -> LatencyCurve:
-        return curve_cache.stored_or_measured(tiny.model, key, step=engine.step,
-                                              packed_gqa=engine.packed_gqa,
-                                              windows=engine.windows)
 
-    first = stored_or_measured()  # nothing stored: measured, then stored
-    assert curve_cache.path_for(key).parent == tmp_path / "latency"
-    assert curve_cache.load(key) == first
-    stale = replace(first, seconds={q: s * 1000 for q, s in first.seconds.items()})
-    curve_cache.save(key, stale)
-    again = stored_or_measured()  # the stored curve is 1000x off: measured again
-    assert again != stale and curve_cache.load(key) == again
-    monkeypatch.setattr(latency, "CHECK_TOLERANCE", float("inf"))
-    curve_cache.save(key, stale)
-    assert stored_or_measured() == stale  # it holds: re-used as stored
+def test_a_stored_curve_is_used_as_stored(tiny: SpeculativeGenerator, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """However far a stored curve is from this host's timings now, nothing re-times it."""
+    monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))
+    monkeypatch.setattr(curve_cache, "_CURVES", {})
+    for name in ("latency_curve", "default_curve"):
+        monkeypatch.setattr(curve_cache, name, _refuse_to_time)
+    engine = Engine(tiny.model, direct_step=False)
+    key = curve_cache.curve_key(tiny.model, engine.step)
+    stale = LatencyCurve({q: 1000.0 * q for q in (1, 2, 9, 17)}, {9: "transposed"})
+    assert curve_cache.save(key, stale).parent == tmp_path / "latency"
+    assert engine.curve == stale
+
+
+def _refuse_to_time(*_args, **_kwargs):
+    raise AssertionError("a stored curve was timed again")
 
 
 def test_generators_over_one_model_share_its_engine_and_curve() -> None:
@@ -148,9 +150,6 @@ def test_a_layout_the_host_cannot_run_is_skipped(dtype: torch.dtype,
     curve = latency_curve(model, step=engine.step, sizes=(1, 8), repeats=1)
     assert "prepacked" not in curve.layouts.values()
     assert set(curve.seconds) == {1, 2, 9}
-    held = LatencyCurve(curve.seconds, {9: "prepacked"})  # another host's choice
-    monkeypatch.setattr(latency, "CHECK_TOLERANCE", float("inf"))
-    assert not curve_holds(model, held, step=engine.step, repeats=1)
     ids = [3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 3, 4, 5]
     pinned = SpeculativeGenerator(model, tokenizer, engine=Engine(model, curve=curve))
     plain = SpeculativeGenerator(model, tokenizer, engine=Engine(model, curve=curve),

@@ -16,7 +16,8 @@ is labelled after each step (accepted, rejected, or unknown when it lies below t
 last emitted token), and the table learns for all of them at no extra compute.
 
 ``t`` is the model's latency curve (:mod:`ngram_trie_rag.engine.latency`), refined from the
-real steps' timings.
+real steps' timings; :meth:`DraftBudget.refined` hands the refined sizes back, so that
+the next budget, and the next process, start from them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .draft_tree import DraftTree
 SHARE_BINS = np.array([0.1, 0.33, 0.66, 0.99])  # share of the subtree's frequency
 MAX_DEPTH_BUCKET = 8
 MAX_MATCH_BUCKET = 3
+MAX_STEP_RATIO = 3.0  # a step's ratio to the curve counts at most this far from 1
 
 
 class DraftBudget:
@@ -39,6 +41,7 @@ class DraftBudget:
                  prior_weight: float = 2.0) -> None:
         self.max_draft = max_draft
         self.latency = _monotone(latency)  # tokens in the forward (1 + K) -> seconds
+        self.timed: set[int] = set()  # sizes of latency that real steps have moved
         shape = (MAX_MATCH_BUCKET + 1, MAX_DEPTH_BUCKET + 1, SHARE_BINS.size + 1)
         # Prior: a confident, shallow node is often right; deep, rare ones seldom.
         depth = np.arange(shape[1])[None, :, None]
@@ -52,9 +55,29 @@ class DraftBudget:
         return interpolated(self.latency, 1 + k)
 
     def record_latency(self, tokens: int, seconds: float) -> None:
-        """Refine t(tokens) from a real step (context grows, machines get busy)."""
-        if tokens in self.latency:
-            self.latency[tokens] = 0.9 * self.latency[tokens] + 0.1 * seconds
+        """Refine t from a real step (context grows, machines get busy): t(tokens) moves
+        a tenth of the way to ``seconds``; a size between two of the curve's moves them
+        both, in proportion to their nearness, by the step's ratio to the interpolated
+        t (the curve holds a few sizes, the budget picks any). Larger sizes no step has
+        timed yet move by the same ratio: a cautious starting curve keeps its shape at
+        the real scale, rather than making the sizes beyond those tried look dear. The
+        ratio counts up to ``MAX_STEP_RATIO`` either way: one step stalled by another
+        process (seconds instead of milliseconds) must not set a curve that is kept."""
+        ratio = seconds / interpolated(self.latency, tokens)
+        step = 0.1 * (min(max(ratio, 1.0 / MAX_STEP_RATIO), MAX_STEP_RATIO) - 1.0)
+        near = ([(tokens, 1.0)] if tokens in self.latency
+                else _neighbours(sorted(self.latency), tokens))
+        untimed = [q for q in self.latency if q > tokens and q not in self.timed]
+        for size, weight in near:
+            self.latency[size] *= 1.0 + weight * step
+            self.timed.add(size)
+        for size in untimed:
+            if size not in self.timed:
+                self.latency[size] *= 1.0 + step
+
+    def refined(self) -> dict[int, float]:
+        """t of the sizes real steps have refined (forward size -> seconds)."""
+        return {q: self.latency[q] for q in sorted(self.timed)}
 
     def _buckets(self, tree: DraftTree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         top = tree.depths == 1
@@ -107,6 +130,18 @@ def interpolated(curve: dict[int, float], q: int) -> float:
         return curve[lo] * q / lo
     w = (q - lo) / (hi - lo)
     return curve[lo] * (1 - w) + curve[hi] * w
+
+
+def _neighbours(sizes: Sequence[int], q: int) -> list[tuple[int, float]]:
+    """The sizes of a curve that a step of ``q`` tokens (not itself a size) informs, with
+    weights: the two around it by nearness, or the nearest one outside the range."""
+    below = [p for p in sizes if p < q]
+    above = [p for p in sizes if p > q]
+    if not below or not above:
+        return [(below[-1] if below else above[0], 1.0)]
+    lo, hi = below[-1], above[0]
+    w = (q - lo) / (hi - lo)
+    return [(lo, 1.0 - w), (hi, w)]
 
 
 def _monotone(curve: dict[int, float]) -> dict[int, float]:

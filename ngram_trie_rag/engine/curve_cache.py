@@ -1,18 +1,24 @@
-"""The one cache of latency curves: in the process, then on disk; measured when neither holds.
+"""The one cache of latency curves: in the process, then on disk, else a quick probe.
 
-Measuring a curve (:func:`ngram_trie_rag.engine.latency.latency_curve`) costs fifteen to
-twenty-five seconds for the default model on two cores: more than a whole answer, paid
-by every ``ngram-trie-rag ask``, notebook kernel and server start. So :func:`curve_for`,
-the only place that decides when to measure, looks in two layers of one cache:
+A full measurement (:func:`ngram_trie_rag.engine.latency.latency_curve`) costs fifteen to
+twenty-five seconds for the default model on two cores: more than a whole answer. No
+generation waits for one. :func:`curve_for` gives a process its curve from
 
 1. this process: one curve per :func:`curve_key` (every load of the same model shares it);
 2. disk: one JSON file per key and host (machine, CPU, core count, torch build) under
-   ``<cache>/latency/`` (``$NGRAM_TRIE_RAG_CACHE`` overrides the cache folder). A stored
-   curve is only a candidate: a plain step and a draft are re-timed
-   (:func:`~ngram_trie_rag.engine.latency.curve_holds`, about a second) and the curve is
-   measured afresh when they moved, so one taken on a busy machine is replaced by the
-   next quiet process. A file that cannot be read, names another key or is older than
-   ``MAX_AGE_S`` is ignored; deleting the folder forces a fresh measurement.
+   ``<cache>/latency/`` (``$NGRAM_TRIE_RAG_CACHE`` overrides the cache folder), used as
+   stored. A file that cannot be read, names another key or is older than ``MAX_AGE_S``
+   is ignored;
+3. else a probe of two forwards (:func:`~ngram_trie_rag.engine.latency.default_curve`,
+   well under a second), stored for the next process.
+
+Real steps then refine the seconds (the draft budget's timings, folded in by
+:func:`refine` when a generation ends) and the refined curve is stored, at most every
+``SAVE_INTERVAL_S``, so the next process starts from what this one learned. Only
+:func:`calibrate` (``ngram-trie-rag calibrate``) measures every size and picks the
+linear layouts and packed attention per size. Each file says where its seconds came
+from (``source``): a default never replaces a stored curve, and refined seconds update
+a measured curve's seconds and keep its layouts.
 """
 
 from __future__ import annotations
@@ -21,21 +27,28 @@ import hashlib
 import json
 import os
 import platform
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from .attention_windows import AttentionWindows
-from .latency import LatencyCurve, curve_holds, latency_curve
+from .latency import SOURCES, LatencyCurve, default_curve, latency_curve
 from .llama_step import LlamaStep
 
 FORMAT = 1
-MAX_AGE_S = 7 * 24 * 3600  # kernels, drivers and libraries change; re-measure weekly
+MAX_AGE_S = 7 * 24 * 3600  # kernels, drivers and libraries change; a week-old file is dropped
+SAVE_INTERVAL_S = 30.0  # refined curves are written at most this often per key and process
+NOTICE_AFTER_S = 1.0  # a wait longer than this is announced on stderr
 LAYOUTS = ("stock", "transposed", "prepacked")
 _CURVES: dict[tuple, LatencyCurve] = {}  # the process layer, by curve_key
+_SAVED_AT: dict[tuple, float] = {}  # when this process last stored a refined curve, by key
 _GUARD = threading.Lock()
 
 
@@ -51,39 +64,121 @@ def curve_key(model: torch.nn.Module, step: LlamaStep | None) -> tuple:
 def curve_for(model: torch.nn.Module, *, step: LlamaStep | None, packed_gqa: bool,
               windows: AttentionWindows | None, lock: threading.Lock | None = None
               ) -> LatencyCurve:
-    """The model's curve: from this process, else from disk if it still holds, else
-    measured and stored. ``lock``: the model's generation lock, taken while timing so
-    that no generation shares the cores (for at most ten seconds: a thread that holds
-    it itself, an unfinished stream of its own, must not deadlock)."""
+    """The model's curve: from this process, else as stored on disk, else a quick probe
+    (stored for the next process). Nothing here re-measures a curve it has.
+
+    ``lock``: the model's generation lock, taken while probing so that no generation
+    shares the cores (for at most ten seconds: a thread that holds it itself, an
+    unfinished stream of its own, must not deadlock)."""
     key = curve_key(model, step)
     with _GUARD:
         if key in _CURVES:
             return _CURVES[key]
+    curve = load(key)
+    if curve is None:
+        curve = _probed(model, key, step=step, packed_gqa=packed_gqa, windows=windows,
+                        lock=lock)
+    with _GUARD:
+        return _CURVES.setdefault(key, curve)
+
+
+def _probed(model: torch.nn.Module, key: tuple, *, step: LlamaStep | None,
+            packed_gqa: bool, windows: AttentionWindows | None,
+            lock: threading.Lock | None) -> LatencyCurve:
+    """The default curve, timed under the model's lock (unless another thread got the
+    process a curve meanwhile) and stored unless another process stored one."""
     held = lock.acquire(timeout=10) if lock is not None else False
     try:
         with _GUARD:
             known = _CURVES.get(key)
-        curve = known or stored_or_measured(model, key, step=step, packed_gqa=packed_gqa,
-                                            windows=windows)
-        with _GUARD:
-            return _CURVES.setdefault(key, curve)
+        if known is not None:
+            return known
+        with notice_after(NOTICE_AFTER_S, "timing the model (first run on this machine; "
+                          "`ngram-trie-rag calibrate` measures it fully) ..."):
+            curve = default_curve(model, packed_gqa=packed_gqa, windows=windows, step=step)
     finally:
         if held:
             lock.release()
-
-
-def stored_or_measured(model: torch.nn.Module, key: tuple, *, step: LlamaStep | None,
-                       packed_gqa: bool, windows: AttentionWindows | None,
-                       folder: Path | None = None) -> LatencyCurve:
-    """The stored curve of ``key`` if it still holds on this machine now, else a fresh
-    measurement, stored for the next process."""
-    setting = {"packed_gqa": packed_gqa, "windows": windows, "step": step}
-    stored = load(key, folder)
-    if stored is not None and curve_holds(model, stored, **setting):
-        return stored
-    curve = latency_curve(model, **setting)
-    save(key, curve, folder)
+    store(key, curve)
     return curve
+
+
+def refine(model: torch.nn.Module, step: LlamaStep | None, seconds: Mapping[int, float],
+           folder: Path | None = None) -> LatencyCurve | None:
+    """Fold ``seconds`` (forward size -> seconds, as real steps timed them) into the
+    process's curve of the model, layouts kept, and store it when this process has not
+    stored one for ``SAVE_INTERVAL_S``. Returns the updated curve, or None when the
+    process holds none (nothing to refine)."""
+    key = curve_key(model, step)
+    now = time.monotonic()
+    with _GUARD:
+        current = _CURVES.get(key)
+        if current is None or not seconds:
+            return current
+        updated = _CURVES[key] = _with_seconds(current, seconds)
+        due = now - _SAVED_AT.get(key, float("-inf")) >= SAVE_INTERVAL_S
+        if due:
+            _SAVED_AT[key] = now
+    if due:
+        stored = load(key, folder)
+        base = stored if stored is not None and stored.source != "default" else updated
+        store(key, _with_seconds(base, seconds), folder)
+    return updated
+
+
+def calibrate(model: torch.nn.Module, *, step: LlamaStep | None, packed_gqa: bool,
+              windows: AttentionWindows | None, lock: threading.Lock | None = None,
+              folder: Path | None = None) -> tuple[LatencyCurve, Path | None]:
+    """Measure the model's full curve now (every size, every variant), store it as
+    measured and make it this process's. Returns the curve and its file (None when
+    the cache is not writable)."""
+    key = curve_key(model, step)
+    held = lock.acquire(timeout=10) if lock is not None else False
+    try:
+        curve = latency_curve(model, packed_gqa=packed_gqa, windows=windows, step=step)
+    finally:
+        if held:
+            lock.release()
+    path = save(key, curve, folder)
+    with _GUARD:
+        _CURVES[key] = curve
+    return curve, path
+
+
+def stored(model: torch.nn.Module, step: LlamaStep | None,
+           folder: Path | None = None) -> tuple[LatencyCurve | None, Path]:
+    """The curve stored for the model on this host (None if none holds) and its file."""
+    key = curve_key(model, step)
+    return load(key, folder), path_for(key, folder)
+
+
+def store(key: tuple, curve: LatencyCurve, folder: Path | None = None) -> Path | None:
+    """:func:`save`, except that a default curve never replaces a stored one: one
+    measured (or refined) by another process meanwhile is worth more."""
+    if curve.source == "default" and load(key, folder) is not None:
+        return None
+    return save(key, curve, folder)
+
+
+def _with_seconds(curve: LatencyCurve, seconds: Mapping[int, float]) -> LatencyCurve:
+    """``curve`` with the seconds of its own sizes among ``seconds`` replaced, marked
+    refined; its layouts and packing stay."""
+    new = {q: float(s) for q, s in seconds.items() if q in curve.seconds and s > 0}
+    return replace(curve, seconds={**curve.seconds, **new}, source="refined")
+
+
+@contextmanager
+def notice_after(seconds: float, message: str) -> Iterator[None]:
+    """Say on stderr what a wait is for once it has lasted ``seconds``: a user staring
+    at a silent first answer learns why, a quick run prints nothing."""
+    timer = threading.Timer(seconds, lambda: print(f"ngram-trie-rag: {message}",
+                                                   file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def host() -> list:
@@ -104,7 +199,7 @@ def path_for(key: tuple, folder: Path | None = None) -> Path:
 
 def load(key: tuple, folder: Path | None = None) -> LatencyCurve | None:
     """The stored curve of ``key`` on this host, or None (absent, unreadable, another
-    key, too old)."""
+    key, too old). A file without a ``source`` was written by a full measurement."""
     path = path_for(key, folder)
     try:
         doc = json.loads(path.read_text())
@@ -113,13 +208,14 @@ def load(key: tuple, folder: Path | None = None) -> LatencyCurve | None:
             return None
         seconds = {int(q): float(s) for q, s in doc["seconds"].items()}
         layouts = {int(q): lay for q, lay in doc["layouts"].items()}
+        source = doc.get("source", "measured")  # absent: written by a full measurement
         if (not seconds or min(seconds.values()) <= 0
                 or any(lay not in LAYOUTS for lay in layouts.values())
-                or not isinstance(doc["pack_single"], bool)):
+                or not isinstance(doc["pack_single"], bool) or source not in SOURCES):
             return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return LatencyCurve(seconds, layouts, doc["pack_single"])
+    return LatencyCurve(seconds, layouts, doc["pack_single"], source)
 
 
 def save(key: tuple, curve: LatencyCurve, folder: Path | None = None) -> Path | None:
@@ -128,7 +224,7 @@ def save(key: tuple, curve: LatencyCurve, folder: Path | None = None) -> Path | 
     path = path_for(key, folder)
     doc = {"format": FORMAT, "key": list(key), "host": host(), "measured_at": time.time(),
            "seconds": curve.seconds, "layouts": curve.layouts,
-           "pack_single": curve.pack_single}
+           "pack_single": curve.pack_single, "source": curve.source}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")

@@ -13,7 +13,9 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,11 +23,12 @@ import torch
 from ..drafting.draft_tree import DraftTree
 from . import gqa_attention, linear_layout, llama_step
 from .attention_windows import AttentionWindows, attention_windows
-from .curve_cache import curve_for
+from .curve_cache import calibrate, curve_for, refine
 from .forward import forward
 from .kv_cache import cache_kwargs, compact, new_cache
 from .latency import LatencyCurve
 from .linear_layout import Layout
+from .prefix_reuse import PrefixKeeper
 from .rope_limits import UNLIMITED, rope_limit
 from .support import check_supported
 from .thread_governor import ThreadGovernor, intra_op_threads
@@ -41,6 +44,7 @@ class KV:
     cache: Any
     length: int
     ids: list[int] = field(default_factory=list)
+    reused: int = 0  # prompt rows taken from the previous request's cache
 
 
 @dataclass(frozen=True)
@@ -64,9 +68,10 @@ class Engine:
     Building one sets the model up for the variants it may run (idempotent, see
     :func:`~ngram_trie_rag.engine.gqa_attention.install` and
     :func:`~ngram_trie_rag.engine.linear_layout.install`); nothing happens on import.
-    ``lock``: the model's generation lock, held while the latency curve is measured.
+    ``lock``: the model's generation lock, held while the latency curve is probed.
     ``direct_step=False`` runs the modules even where the Llama step applies, and
-    ``curve`` pins the latency curve instead of measuring it (tests of each variant).
+    ``curve`` pins the latency curve (tests of each variant): it is then used as given,
+    never looked up, probed or refined.
     A model whose cache cannot take a tree (recurrent, encoder-decoder) raises
     ValueError here (see :mod:`~ngram_trie_rag.engine.support`).
     """
@@ -89,6 +94,9 @@ class Engine:
             if linear_layout.applies(model):
                 linear_layout.install(model)
         self._curve = curve
+        self._pinned = curve is not None  # used as given: never refined
+        # the latest sequence's cache, for a follow-up prompt; not where RoPE rebuilds it
+        self.prefixes = PrefixKeeper(enabled=self._rope_limit is None)
         self._governor: ThreadGovernor | None = None  # CPU: threads per forward
         self.last_threads: int | None = None  # what the latest forward ran on
 
@@ -105,17 +113,46 @@ class Engine:
 
     @property
     def curve(self) -> LatencyCurve:
-        """The model's latency curve (see :mod:`ngram_trie_rag.engine.curve_cache`)."""
+        """The model's latency curve: this process's, else the stored one, else a quick
+        probe (see :mod:`ngram_trie_rag.engine.curve_cache`); never a full measurement."""
         if self._curve is None:
             self._curve = curve_for(self.model, step=self.step, packed_gqa=self.packed_gqa,
                                     windows=self.windows, lock=self.lock)
         return self._curve
 
+    def calibrate(self) -> Path | None:
+        """Measure the full curve now (every size, every layout variant: the fastest
+        variants are only chosen from a measured curve), store it and use it from here
+        on; a pinned curve stays as given. Returns the curve's file (None: not stored)."""
+        curve, path = calibrate(self.model, step=self.step, packed_gqa=self.packed_gqa,
+                                windows=self.windows, lock=self.lock)
+        if not self._pinned:
+            self._curve = curve
+        return path
+
+    def refine_curve(self, seconds: Mapping[int, float]) -> None:
+        """Take real steps' timings (forward size -> seconds, e.g. a draft budget's
+        :meth:`~ngram_trie_rag.drafting.budget.DraftBudget.refined`) into the curve, for
+        the budgets of later generations and, stored, of later processes. Layouts and
+        packing stay as they are; a pinned curve stays as given."""
+        if self._pinned or self._curve is None or not seconds:
+            return
+        refined = refine(self.model, self.step, seconds)
+        if refined is not None:
+            self._curve = refined
+
     def prefill(self, ids: list[int]) -> tuple[KV, torch.Tensor]:
-        """Cache the prompt: its KV and the logits (V,) after its last token."""
-        kv = KV(new_cache(), len(ids), list(ids))
+        """Cache the prompt: its KV and the logits (V,) after its last token. The rows
+        it shares with the previous request's sequence are reused, not computed again
+        (``kv.reused`` of them; see :mod:`~ngram_trie_rag.engine.prefix_reuse`)."""
+        kv, start = self.prefixes.take(ids)
+        if kv is None:
+            kv = KV(new_cache(), 0, [])
         with intra_op_threads(self._threads(probe=False)):
-            return kv, self._prefill(kv.cache, ids)[0]
+            logits = self._prefill(kv.cache, ids[start:])[0]
+        kv.length, kv.ids[start:], kv.reused = len(ids), ids[start:], start
+        self.prefixes.keep(kv)  # grows with the answer; the next prompt may share it
+        return kv, logits
 
     def _prefill(self, cache, ids: list[int]) -> torch.Tensor:
         """The model's own forward over ``ids`` into ``cache``: logits (1, V) after the

@@ -100,6 +100,13 @@ def compact(cache: DynamicCache, block_start: int, keep: list[int]) -> None:
         layer.values = values[:, :, : block_start + m]
 
 
+def crop(cache: DynamicCache, length: int) -> None:
+    """Keep the first ``length`` positions of every layer (views: the buffers stay)."""
+    for layer in cache.layers:
+        layer.keys = layer.keys[:, :, :length]
+        layer.values = layer.values[:, :, :length]
+
+
 def cache_kwargs(model: torch.nn.Module, kv: DynamicCache) -> dict[str, DynamicCache]:
     """The keyword a model's forward takes its KV cache under: ``cache`` from
     Transformers 5.24 on (where ``past_key_values`` still works but is deprecated, to

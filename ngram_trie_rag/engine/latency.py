@@ -3,13 +3,21 @@
 The draft budget (:mod:`ngram_trie_rag.drafting.budget`) needs ``t(q)`` to trade accepted length
 against cost, and the generator needs to know, per forward size, which linear layout
 (:mod:`ngram_trie_rag.engine.linear_layout`) and which single-query attention
-(:mod:`ngram_trie_rag.engine.gqa_attention`) is fastest on this host. Both are measured here,
-by timing forwards exactly as verification runs them: a plain step unmasked, a draft
-(a chain) with its tree mask, after ``past_len`` cached tokens.
+(:mod:`ngram_trie_rag.engine.gqa_attention`) is fastest on this host. Both are timed here,
+with forwards exactly as verification runs them: a plain step unmasked, a draft (a
+chain) with its tree mask, after ``past_len`` cached tokens.
 
-Measuring takes fifteen to twenty-five seconds for the default model on two cores, so
-a curve is kept (:mod:`ngram_trie_rag.engine.curve_cache`) and re-used only after
-:func:`curve_holds` has re-timed a few forwards and found them where the curve says.
+Two ways, for two moments:
+
+- :func:`latency_curve` times every size in every variant that applies: fifteen to
+  twenty-five seconds for the default model on two cores, more than a whole answer, so
+  it runs only when asked (``ngram-trie-rag calibrate``), never on a first generation.
+- :func:`default_curve` times a plain step and one draft of sixteen nodes in the stock
+  variants (under a second for the default model) and draws a line through them, a
+  little steeper than measured, so that the budget drafts small until real steps
+  (:meth:`~ngram_trie_rag.drafting.budget.DraftBudget.record_latency`) say otherwise.
+
+:mod:`ngram_trie_rag.engine.curve_cache` decides which one a process gets and keeps it.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from . import linear_layout
 from .attention_windows import AttentionWindows
 from .linear_layout import Layout, prepack_applies
 from .llama_step import LlamaStep
+from .thread_governor import intra_op_threads
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +48,16 @@ MAX_TRANSPOSED = 17
 # must win by this factor: where both cost the same (bf16 layouts here), timing noise
 # would otherwise pick one per size at random, and the two round differently.
 LAYOUT_MARGIN = 0.9
-# A stored curve is re-used while re-timed forwards of these sizes (q) stay within
-# CHECK_TOLERANCE of it: a plain step and a typical draft.
-CHECK_SIZES = (1, 9)
-CHECK_TOLERANCE = 0.3
+SOURCES = ("default", "refined", "measured")  # how a curve's seconds were obtained
+# The default curve's probe: a plain step and a draft of PROBE_Q - 1 nodes after
+# PROBE_PAST cached tokens; its slope is raised by PROBE_MARGIN (drafting too little
+# costs a few tokens per second until real steps correct it, drafting too much on a
+# steep CPU curve costs more), and is at least PROBE_MIN_SLOPE of a plain step per
+# token: two noisy timings must not make a draft look free.
+PROBE_Q = 17
+PROBE_PAST = 64
+PROBE_MARGIN = 1.15
+PROBE_MIN_SLOPE = 0.01
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,7 @@ class LatencyCurve:
     seconds: dict[int, float]  # q -> seconds, the chosen variant's
     layouts: dict[int, Layout] = field(default_factory=dict)  # q -> layout; absent: stock
     pack_single: bool = False  # a one-token forward is faster with packed GQA
+    source: str = "measured"  # one of SOURCES
 
     def layout(self, q: int) -> Layout:
         """The layout for a forward of ``q`` tokens: the nearest measured size at or
@@ -191,28 +207,30 @@ def latency_curve(model, packed_gqa: bool = False, windows: AttentionWindows | N
         if best[lay, pack] < LAYOUT_MARGIN * best["stock", pack]:
             chosen[q] = lay
         seconds[q] = best[chosen.get(q, "stock"), pack]
-    return LatencyCurve(seconds, chosen, pack_single)
+    return LatencyCurve(seconds, chosen, pack_single, source="measured")
 
 
-def curve_holds(model, curve: LatencyCurve, packed_gqa: bool = False,
-                windows: AttentionWindows | None = None, past_len: int = 512,
-                step: LlamaStep | None = None, repeats: int = 3) -> bool:
-    """True when forwards of ``CHECK_SIZES`` tokens, re-timed now in the variants the
-    curve chose, cost what the curve says (within ``CHECK_TOLERANCE``). A curve
-    measured on a busier or quieter machine, another build or another model fails, and
-    is then measured again. About a second for the default model."""
-    sizes = [q for q in CHECK_SIZES if q in curve.seconds]
-    if not sizes:  # nothing to compare with: not a curve this module measured
-        return False
-    timer = _ForwardTimer(model, step, windows, past_len)
-    for q in sizes:
-        variant = (curve.layout(q), curve.packed(q, packed_gqa))
-        now = timer.fastest(q, [variant], repeats).get(variant)
-        if now is None:  # the variant cannot run here (another host's curve)
-            return False
-        if abs(now / curve.seconds[q] - 1.0) > CHECK_TOLERANCE:
-            return False
-    return True
+def default_curve(model, packed_gqa: bool = False, windows: AttentionWindows | None = None,
+                  step: LlamaStep | None = None, past_len: int = PROBE_PAST,
+                  repeats: int = 2) -> LatencyCurve:
+    """A curve from two timings, for a process that has no stored one: a plain step
+    and a chain draft of ``PROBE_Q`` tokens, each the fastest of ``repeats`` after a
+    warm-up, in the variants the curve then names (stock layouts, a plain step
+    unpacked). Every size of ``SIZES`` lies on the line through them, its slope raised
+    by ``PROBE_MARGIN``: the budget starts cautious and real steps refine it.
+
+    On a CPU the probe runs on one thread. Only the curve's shape matters until real
+    steps rescale it, one thread's is a little steeper (more cautious), and a forward
+    split over every core of a busy host waits for descheduled threads: on two cores
+    beside one busy process the probe took 18 s on two threads, 1.2 s on one."""
+    threads = 1 if model.device.type == "cpu" else None
+    with intra_op_threads(threads):
+        timer = _ForwardTimer(model, step, windows, past_len)
+        plain = timer.fastest(1, [("stock", False)], repeats)["stock", False]
+        draft = timer.fastest(PROBE_Q, [("stock", packed_gqa)], repeats)["stock", packed_gqa]
+    slope = max((draft - plain) / (PROBE_Q - 1), PROBE_MIN_SLOPE * plain) * PROBE_MARGIN
+    seconds = {q: plain + slope * (q - 1) for q in [1] + [1 + k for k in SIZES]}
+    return LatencyCurve(seconds, {}, pack_single=False, source="default")
 
 
 def sync_device(device: torch.device) -> None:
