@@ -21,7 +21,7 @@ from .validation import integer
 
 NGram = tuple[int, ...]
 
-# The window the command line uses unless told otherwise: a repeated run of 12 tokens is
+# The window used unless told otherwise (command line, wrappers): a repeated run of 12 tokens is
 # a loop, not a phrase an answer legitimately says twice ("the error E2 ...").
 DEFAULT_N = 12
 

@@ -25,6 +25,77 @@ def test_ask_answers_with_cited_sources(tmp_path: Path, capsys) -> None:
     assert out["tokens"] - 1 > out["steps"]  # fewer verification forwards than tokens
 
 
+QUESTION = "What does error code E2 mean on the Aurora K3?"
+TIMINGS = {"load", "index", "retrieve", "rerank", "prefill", "decode", "time_to_first_token",
+           "total"}
+
+
+def _ask_json(capsys, tmp_path: Path, *flags: str, question: str = QUESTION) -> dict:
+    code = main(["ask", str(SAMPLE), question, "--json", "--cache-dir", str(tmp_path / "cache"),
+                 *flags])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out.strip().splitlines()[-1])
+
+
+def test_default_rerank_is_cheap_and_named_and_stages_are_timed(tmp_path: Path, capsys,
+                                                                monkeypatch) -> None:
+    from ngram_trie_rag.retrieval import llm_reranker
+
+    def refuse(*args, **kwargs) -> None:
+        raise AssertionError("the default must not load the LLM reranker")
+
+    monkeypatch.setattr(llm_reranker.LLMReranker, "__init__", refuse)
+    out = _ask_json(capsys, tmp_path, "--max-new-tokens", "8",
+                    "--cross-encoder", str(tmp_path / "no-such-cross-encoder"))
+    # auto without a cross-encoder on the machine: the embedding order, no error
+    assert out["reranker"] == "embedding"
+    assert out["repetition_stop"] == 12
+    assert set(out["timings"]) == TIMINGS
+    assert all(isinstance(v, float) and v >= 0 for v in out["timings"].values())
+    assert out["timings"]["total"] >= out["timings"]["load"] + out["timings"]["index"]
+
+
+def test_auto_takes_a_cross_encoder_that_is_on_the_machine(tmp_path: Path, capsys) -> None:
+    from retrieval_support import build_tiny_cross_encoder
+
+    folder = build_tiny_cross_encoder(tmp_path / "ce")
+    out = _ask_json(capsys, tmp_path, "--max-new-tokens", "4", "--cross-encoder", str(folder))
+    assert out["reranker"] == f"cross-encoder {folder}"
+    (tmp_path / "broken").mkdir()  # a folder, but no model in it: auto falls back quietly
+    out = _ask_json(capsys, tmp_path, "--max-new-tokens", "4",
+                    "--cross-encoder", str(tmp_path / "broken"))
+    assert out["reranker"] == "embedding"
+
+
+def test_human_summary_names_the_reranker_and_verbose_prints_timings(tmp_path: Path,
+                                                                      capsys) -> None:
+    code = main(["ask", str(SAMPLE), QUESTION, "--rerank", "lexical", "--verbose",
+                 "--max-new-tokens", "8", "--cache-dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = captured.out.strip().splitlines()[-1]
+    assert summary.startswith("[accepted length") and "reranker: lexical" in summary
+    err = captured.err.strip().splitlines()
+    assert "reranking: lexical" in err
+    assert err[-1].startswith("timings: load ") and "time to first token" in err[-1]
+
+
+LOOPING = "How does the trie pick draft tokens?"  # the packaged model loops on this one
+
+
+def test_the_repetition_stop_cuts_a_loop_by_default_and_can_be_turned_off(
+        tmp_path: Path, capsys) -> None:
+    flags = ("--rerank", "none", "--max-new-tokens", "64")
+    cut = _ask_json(capsys, tmp_path, *flags, question=LOOPING)
+    full = _ask_json(capsys, tmp_path, *flags, "--no-repetition-stop", question=LOOPING)
+    assert cut["finish_reason"] == "repetition" and cut["repetition_stop"] == 12
+    assert full["finish_reason"] == "length" and full["repetition_stop"] is None
+    assert full["answer"].startswith(cut["answer"]) and full["tokens"] > cut["tokens"]
+    # the accepted length describes the kept answer: its steps made its tokens
+    assert cut["mean_accept_length"] * cut["steps"] == pytest.approx(cut["tokens"] - 1, abs=0.01)
+
+
 def _one_line_error(capsys, argv: list[str]) -> str:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -32,6 +103,19 @@ def _one_line_error(capsys, argv: list[str]) -> str:
     last = err.splitlines()[-1]  # progress lines may come first; the error is one line
     assert last.startswith("error: ")
     return last
+
+
+@pytest.mark.parametrize(("flags", "word"), [
+    (["--rerank", "vibes"], "invalid choice"),
+    (["--repetition-stop", "1"], "at least 2"),
+    (["--repetition-stop", "x"], "integer"),
+    (["--repetition-stop", "4", "--no-repetition-stop"], "not allowed"),
+    (["--verbose=yes"], "--verbose"),
+])
+def test_bad_flags_are_one_line_usage_errors(flags: list[str], word: str, capsys) -> None:
+    assert main(["ask", str(SAMPLE), "q?", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and word in err, err
 
 
 @pytest.mark.parametrize("case", ["missing", "empty_folder", "unsupported", "empty_question",

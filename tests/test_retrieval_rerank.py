@@ -117,3 +117,41 @@ def test_real_cross_encoder_ranks_relevant_first() -> None:
     relevant = "Paris is the capital and largest city of France."
     ranked = reranker.rerank("What is the capital of France?", candidates(relevant, 2), top_n=1)
     assert ranked[0].text == relevant
+
+
+def test_lexical_reranker_orders_by_term_overlap() -> None:
+    from ngram_trie_rag.retrieval import LexicalReranker
+
+    texts = [
+        "The warranty covers the Aurora K3 for two years from the date of purchase.",
+        "Error E4: the water tank is empty. Refill the tank and press start.",
+        "Error E2 means the thermoblock overheated; let the machine cool for ten minutes.",
+        "Descale the machine every 200 cups with the supplied descaling liquid.",
+    ]
+    passages = [Passage(id=f"p{i}", text=t, source="manual", score=1.0 - 0.1 * i)
+                for i, t in enumerate(texts)]
+    reranker = LexicalReranker()
+    assert isinstance(reranker, Reranker)
+    ranked = reranker.rerank("What does error E2 mean?", passages, top_n=4)
+    # E2 is rare among the candidates, "error" is not: the passage naming E2 wins.
+    assert [p.id for p in ranked[:2]] == ["p2", "p1"]
+    assert ranked[0].metadata["retrieval_score"] == pytest.approx(0.8)
+    ranked = reranker.rerank("how often should I descale?", passages, top_n=1)
+    assert ranked[0].id == "p3"
+    # No shared term: every score is 0 and the stable sort keeps the retrieval order.
+    ranked = reranker.rerank("photosynthesis", passages, top_n=4)
+    assert [p.id for p in ranked] == ["p0", "p1", "p2", "p3"]
+    assert all(p.score == 0.0 for p in ranked)
+
+
+def test_lexical_reranker_scores() -> None:
+    from ngram_trie_rag.retrieval import LexicalReranker
+
+    reranker = LexicalReranker()
+    assert reranker.score("q", []).shape == (0,)
+    # Stopwords do not count; a repeated query term counts more, with diminishing returns.
+    scores = reranker.score("the trie", ["the the the the", "trie", "trie trie trie", "x"])
+    assert scores[0] == 0.0 and scores[3] == 0.0
+    assert 0.0 < scores[1] < scores[2] < 3 * scores[1]
+    with pytest.raises(ValueError, match="k1"):
+        LexicalReranker(k1=-1.0)

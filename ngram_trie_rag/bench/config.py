@@ -37,6 +37,7 @@ class RunConfig:
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default
     warmup: int = 1  # warm-up rounds (one short generation per method each), not recorded
     background_load: int = 0  # CPU-spinning processes running beside the whole run
+    calibrate: bool = False  # measure the latency curve first (else the stored or probed one)
     command: str | None = None  # the command line, for the record; None = sys.argv
 
     def __post_init__(self) -> None:

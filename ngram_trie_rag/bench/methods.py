@@ -186,7 +186,8 @@ def run_core(gen: SpeculativeGenerator, prompt_ids: list[int], documents: list[s
                extra={"trie_tokens": s.trie_tokens, "draft_source": s.draft_source,
                       "forced_tokens": s.forced_tokens,
                       "threads_used": {str(t): n for t, n in s.threads_used.items()},
-                      "repetition_cut": res.finish_reason == "repetition"})
+                      "repetition_cut": res.finish_reason == "repetition",
+                      "closed_at": s.closed_at})
 
 
 def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int | None,

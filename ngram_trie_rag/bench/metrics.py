@@ -6,6 +6,8 @@ Definitions (all pooled over prompts, so long answers weigh more, as in Spec-Ben
 - ``decode_tokens_per_s``: tokens made after prefill (new tokens - 1 per prompt, the
   first comes from the prefill logits) / total decode time.
 - ``speedup`` / ``decode_speedup``: the method's rate / the reference's rate.
+- ``ttft_s``: time to the first token, the mean prefill per prompt (every method
+  prefills the whole prompt: no cache is kept between runs).
 - ``mean_accept_length``: tokens committed / verification forwards, bonus included.
 - ``oracle_share``: mean accept length / pooled oracle accept length (the ceiling a
   context-copying drafter could reach on the reference answers).
@@ -76,6 +78,7 @@ def summarise(runs: Sequence[Run], reference: Sequence[Run],
         "new_tokens": new,
         "total_s": total,
         "prefill_s": sum(r.prefill_s for r in runs),
+        "ttft_s": ratio(sum(r.prefill_s for r in runs), len(runs)),  # the first token's wait
         "decode_s": decode,
         "tokens_per_s": tps,
         "decode_tokens_per_s": dtps,

@@ -41,7 +41,8 @@ def bench_table(results: dict) -> str:
     quality (mean token F1 and share of answers containing a gold answer) gets columns
     when the rows had gold answers."""
     meta = results["meta"]
-    header = ["method", "tok/s", "decode tok/s", "speedup", "decode speedup", "accept len",
+    header = ["method", "tok/s", "decode tok/s", "speedup", "decode speedup", "TTFT ms",
+              "accept len",
               "of oracle", "of own oracle", "nodes/step", "of same-size", "draft time",
               "exact"]
     scored = any((m.get("quality") or {}).get("scored") for m in results["methods"].values())
@@ -53,6 +54,7 @@ def bench_table(results: dict) -> str:
         rows.append([
             name, fmt(m["tokens_per_s"], ".1f"), fmt(m["decode_tokens_per_s"], ".1f"),
             fmt(m["speedup"], ".2f", "x"), fmt(m["decode_speedup"], ".2f", "x"),
+            fmt(None if m.get("ttft_s") is None else m["ttft_s"] * 1e3, ".0f"),
             fmt(m["mean_accept_length"]), fmt(_pct(m["oracle_share"]), ".0f", "%"),
             fmt(_pct(m.get("own_oracle_share")), ".0f", "%"),
             fmt(m.get("drafted_per_step"), ".1f"),
@@ -68,6 +70,7 @@ def bench_table(results: dict) -> str:
         f"of {Path(meta['data']).name}, max_new_tokens {meta['max_new_tokens']} | "
         f"{meta['model']} {meta['dtype']} on {meta['device']}, {_threads(meta['threads'])} | "
         f"n={d['n']} L_p={d['prefix_len']} num_draft={_budget(d)}"
+        + (f" | latency curve: {meta['latency_curve']}" if meta.get("latency_curve") else "")
     )
     if meta.get("repetition_stop"):
         footer += (f"\nrepetition stop n={meta['repetition_stop']}: every method's answer "

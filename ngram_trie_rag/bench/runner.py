@@ -45,10 +45,13 @@ def load_generator(cfg: RunConfig, generator: SpeculativeGenerator | None = None
     or reuse ``generator``'s model under ``draft``'s hyper-parameters."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    if generator is not None:
-        return generator.reshaped(**draft)
-    return SpeculativeGenerator.from_pretrained(cfg.model, device=cfg.device, dtype=cfg.dtype,
-                                                **draft)
+    if generator is None:
+        generator = SpeculativeGenerator.from_pretrained(cfg.model, device=cfg.device,
+                                                         dtype=cfg.dtype)
+    # Every method prefills its whole prompt, as generate does: a cache kept from the
+    # previous method's run of the same prompt would make the first token free.
+    generator.engine.prefixes.enabled = False
+    return generator.reshaped(**draft)
 
 
 def encode_item(gen: SpeculativeGenerator, item: BenchItem) -> list[int]:
@@ -88,6 +91,8 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
     if cfg.num_draft is not None:  # pinned per call; also the generator's own setting
         draft["num_draft"] = cfg.num_draft
     gen = load_generator(cfg, generator, **draft)
+    if cfg.calibrate:  # the fastest layout variants are chosen from a measured curve only
+        gen.engine.calibrate()
     prompts = [encode_item(gen, it) for it in items]
     runners = make_runners(gen, cfg.methods, cfg.num_draft, cfg.pld_num_tokens,
                            cfg.pld_max_ngram, grammar, cfg.repetition_stop)
@@ -111,7 +116,9 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
             run.exact = run.token_ids == reference
             run.oracle = oracle if run.exact else oracle_accept_length(ids, run.token_ids)
             if run.draft_sizes is not None and run.accept_lengths is not None:
-                run.same_size_bound = sum(same_size_bounds(ids, run.token_ids,
+                # the model's tokens: a grammar's closing ones were not verified
+                model_made = run.token_ids[:run.extra.get("closed_at") or len(run.token_ids)]
+                run.same_size_bound = sum(same_size_bounds(ids, model_made,
                                                            run.accept_lengths, run.draft_sizes))
             if item.answers:
                 stop = item.request(gen.tokenizer).stop
@@ -138,6 +145,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         "grammar": cfg.grammar,
         "repetition_stop": cfg.repetition_stop,
         "warmup": cfg.warmup,
+        "latency_curve": gen.latency_curve.source,  # measured, refined or probed (default)
         "background_load": cfg.background_load,  # processes spinning beside the run
         "drafter": {"n": cfg.n, "prefix_len": cfg.prefix_len, "num_draft": cfg.num_draft,
                     "generator_config": dataclasses.asdict(gen.config)},

@@ -2,10 +2,20 @@
 
 Chunk, embed and index the documents (cached, so the second question is fast),
 retrieve, rerank, then stream an answer drafted from the retrieved passages, and
-finish with one summary line: accepted length, tokens/s, sources. A model without a
-chat template (a base model) gets the same prompt as plain text ending in "Answer:",
-and its answer ends at a blank line or "\\nQuestion:", where a base model runs on
-(:class:`~ngram_trie_rag.prompts.RagRequest`).
+finish with one summary line: accepted length, tokens/s, sources, the reranker used. A
+model without a chat template (a base model) gets the same prompt as plain text ending in
+"Answer:", and its answer ends at a blank line or "\\nQuestion:", where a base model runs
+on (:class:`~ngram_trie_rag.prompts.RagRequest`).
+
+Reranking (``--rerank``) is ``auto`` by default: a cross-encoder when one is on this
+machine already (a local folder or the Hugging Face cache; ``auto`` never downloads),
+else the embedding order the retriever found. ``lexical`` (BM25 over the candidates)
+costs microseconds; ``llm`` asks the answering model about every candidate, one prompt
+each, which on a CPU costs seconds per question, so it is opt-in.
+
+Small models loop ("X is Y. X is Y." to the token limit): the answer stops before its
+first repeated 12-token run unless ``--no-repetition-stop``; what is kept is a prefix of
+the full answer, token for token.
 """
 
 from __future__ import annotations
@@ -13,12 +23,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ..repetition import DEFAULT_N
 from .arguments import add_model_flags, positive_int
-from .errors import run_guarded
+from .errors import first_line, run_guarded
 from .limits import add_limit_flags
+
+RERANK_CHOICES = ("auto", "cross-encoder", "embedding", "lexical", "llm", "none")
+# Small enough (22M parameters) to score 20 candidates in well under a second on a CPU;
+# the paper's bge-reranker-v2-m3 (568M) is better and slower: pass it with --cross-encoder.
+DEFAULT_CROSS_ENCODER = "cross-encoder/ms-marco-MiniLM-L6-v2"
+EMBEDDING_ORDER = "embedding"
+# The timings a first question reports, in this order; a later chat question has no
+# load or index of its own.
+SETUP_TIMINGS = ("load", "index")
+QUESTION_TIMINGS = ("retrieve", "rerank", "prefill", "decode", "time_to_first_token", "total")
 
 
 class AskError(ValueError):
@@ -37,13 +61,51 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--k", type=positive_int, default=4, help="passages given to the model")
         p.add_argument("--candidates", type=positive_int, default=20,
                        help="passages retrieved before reranking")
-        p.add_argument("--rerank", choices=["llm", "none"], default="llm")
+        _add_rerank_flags(p)
         p.add_argument("--max-new-tokens", type=positive_int, default=256)
         p.add_argument("--num-draft", type=positive_int, default=None)
+        add_repetition_flags(p)
         p.add_argument("--json", action="store_true", help="print one JSON object, no stream")
+        p.add_argument("--verbose", action="store_true",
+                       help="print where the time went (seconds per stage) on stderr")
         p.add_argument("--cache-dir", default=None, help="where the index cache lives")
         add_limit_flags(p)
         p.set_defaults(func=_run_ask if name == "ask" else _run_chat)
+
+
+def _add_rerank_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rerank", choices=RERANK_CHOICES, default="auto",
+                   help="how the candidates are reordered before the best --k are kept: "
+                   "auto (default): a cross-encoder already on this machine, else the "
+                   "embedding order; cross-encoder: load --cross-encoder (downloads it if "
+                   "need be); embedding or none: the retriever's order; lexical: BM25 "
+                   "term overlap; llm: the answering model scores every candidate (slow)")
+    p.add_argument("--cross-encoder", default=DEFAULT_CROSS_ENCODER, metavar="ID|PATH",
+                   help="the cross-encoder of --rerank auto/cross-encoder: a hub id or a "
+                   f"local folder (default: {DEFAULT_CROSS_ENCODER})")
+
+
+def repetition_window(text: str) -> int:
+    """``--repetition-stop``'s n: one repeated token is often legitimate ("1 1")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2, got {value}")
+    return value
+
+
+def add_repetition_flags(p: argparse.ArgumentParser) -> None:
+    """``--repetition-stop N`` (default on) and ``--no-repetition-stop``, into
+    ``args.repetition_stop`` (``None`` when off)."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--repetition-stop", type=repetition_window, default=DEFAULT_N,
+                       metavar="N", help="end the answer before its first repeated run of "
+                       f"N tokens, where a small model starts to loop (default: {DEFAULT_N})")
+    group.add_argument("--no-repetition-stop", dest="repetition_stop",
+                       action="store_const", const=None,
+                       help="let a looping answer run on to --max-new-tokens")
 
 
 def _run_ask(args: argparse.Namespace) -> int:
@@ -80,15 +142,27 @@ def _answer_once(args: argparse.Namespace, docs: list[str], question: str) -> in
     return 0
 
 
+@dataclass
+class RerankChoice:
+    """The reranker a session uses (``None``: keep the embedding order), its name for
+    the summary, and why ``auto`` chose it."""
+
+    reranker: Any
+    name: str
+    reason: str = ""
+
+
 class Session:
     """A loaded model and retriever, answering questions one by one."""
 
     def __init__(self, args: argparse.Namespace, docs: list[str]) -> None:
         from ..generator import SpeculativeGenerator
         from ..loading import model_source
-        from ..retrieval import LLMReranker, load_or_build
+        from ..retrieval import load_or_build
 
         self.args = args
+        self.started = time.perf_counter()
+        self.setup: dict[str, float] = {}  # seconds, reported with the first answer only
         for d in docs:
             if not Path(d).exists():
                 raise AskError(f"{d}: no such file or folder")
@@ -97,23 +171,82 @@ class Session:
         if args.model is not None:  # a bad path or id fails before minutes of indexing
             model_source(args.model)
         # Documents first: a bad folder should fail before the model is loaded.
-        _status("indexing the documents (cached after the first run) ...", args.json)
+        self.say("indexing the documents (cached after the first run) ...")
         source = docs[0] if len(docs) == 1 else docs
-        self.retriever = load_or_build(source, args.cache_dir,
-                                       top_k=max(args.candidates, args.k), top_n=args.k,
-                                       max_passages=args.max_passages,
-                                       max_bytes=args.max_bytes,
-                                       report=lambda line: _status(line, args.json))
-        _status("loading the model ...", args.json)
-        self.gen = SpeculativeGenerator.from_pretrained(args.model, device=args.device,
-                                                        dtype=args.dtype)
-        if args.rerank == "llm":
-            self.retriever.reranker = LLMReranker(self.gen.model, self.gen.tokenizer)
+        with self.timed("index"):
+            self.retriever = load_or_build(source, args.cache_dir,
+                                           top_k=max(args.candidates, args.k), top_n=args.k,
+                                           max_passages=args.max_passages,
+                                           max_bytes=args.max_bytes, report=self.say)
+        self.say("loading the model ...")
+        with self.timed("load"):
+            self.gen = SpeculativeGenerator.from_pretrained(args.model, device=args.device,
+                                                            dtype=args.dtype)
+            # The embedder loads lazily: loaded here, its second does not count as retrieval.
+            _ = self.retriever.embedder.model
+            self.rerank = self._choose_reranker()
+        self.say(f"reranking: {self.rerank.name}"
+                 + (f" ({self.rerank.reason})" if self.rerank.reason else ""))
+
+    def say(self, message: str) -> None:
+        """A progress line on stderr, kept out of ``--json`` runs."""
+        _status(message, self.args.json)
+
+    def timed(self, key: str) -> _Timer:
+        """Time a set-up stage, reported once, with the first answer."""
+        return _Timer(self.setup, key)
+
+    def _choose_reranker(self) -> RerankChoice:
+        mode = self.args.rerank
+        if mode in ("embedding", "none"):
+            return RerankChoice(None, EMBEDDING_ORDER)
+        if mode == "lexical":
+            from ..retrieval import LexicalReranker
+
+            return RerankChoice(LexicalReranker(), "lexical")
+        if mode == "llm":
+            from ..retrieval import LLMReranker
+
+            return RerankChoice(LLMReranker(self.gen.model, self.gen.tokenizer), "llm")
+        if mode == "cross-encoder":
+            return RerankChoice(self._load_cross_encoder(self.args.cross_encoder),
+                                f"cross-encoder {self.args.cross_encoder}")
+        return self._auto_reranker()
+
+    def _auto_reranker(self) -> RerankChoice:
+        """A cross-encoder already on this machine, else the embedding order: ``auto``
+        neither downloads a model nor fails, and says which it took."""
+        name = self.args.cross_encoder
+        local = local_cross_encoder(name)
+        if local is None:
+            return RerankChoice(None, EMBEDDING_ORDER, f"auto: {name} is not on this "
+                                "machine; --rerank cross-encoder downloads it")
+        try:
+            reranker = self._load_cross_encoder(local)
+        except Exception as exc:  # whatever a half-present model raises: auto never fails
+            return RerankChoice(None, EMBEDDING_ORDER,
+                                f"auto: cross-encoder {name} did not load: {first_line(exc)}")
+        return RerankChoice(reranker, f"cross-encoder {name}", "auto")
+
+    def _load_cross_encoder(self, name: str) -> Any:
+        """The cross-encoder, loaded now: a missing model fails before any question."""
+        from ..retrieval import CrossEncoderReranker
+
+        self.say(f"loading the cross-encoder {name} ...")
+        reranker = CrossEncoderReranker(name, device=self.args.device)
+        _ = reranker.model
+        return reranker
 
     def answer(self, question: str) -> dict:
         from ..prompts import rag_request
 
-        passages = self.retriever.retrieve(question)
+        timings: dict[str, float] = {}
+        start = time.perf_counter()
+        with _Timer(timings, "retrieve"):
+            fetch = max(self.args.candidates, self.args.k) if self.rerank.reranker else None
+            candidates = self.retriever.retrieve(question, top_n=fetch)
+        with _Timer(timings, "rerank"):
+            passages = self._reranked(question, candidates)
         texts = [p.text for p in passages]
         # Chat messages, or for a base model a completion prompt with its stop strings.
         request = rag_request(self.gen.tokenizer, texts, question)
@@ -124,45 +257,117 @@ class Session:
                            f"{size} tokens, more than the "
                            f"model's context window of {self.gen.context_window}: shorten the "
                            "question or pass a smaller --k")
+        generate_start = time.perf_counter()
         stream = self.gen.stream(ids, texts,
                                  max_new_tokens=self.args.max_new_tokens,
-                                 num_draft=self.args.num_draft, stop=list(request.stop))
-        for delta in _deltas(stream, echo=not self.args.json):
-            print(delta, end="", flush=True)
+                                 num_draft=self.args.num_draft, stop=list(request.stop),
+                                 repetition_stop=self.args.repetition_stop)
+        first = _show(stream, echo=not self.args.json)
         result = stream.result
         assert result is not None
         stats = result.stats
-        sources = sorted({Path(p.source).name for p in passages})
-        tok_s = len(result.token_ids) / max(stats.prefill_s + stats.decode_s, 1e-9)
-        summary = {
-            "model": self.gen.model_name,
-            "answer": result.text.strip(),
-            "sources": sources,
-            "finish_reason": result.finish_reason,
-            "tokens": len(result.token_ids),
-            "mean_accept_length": round(stats.mean_accept_length, 3),
-            "tokens_per_s": round(tok_s, 2),
-            "steps": stats.steps,
-            "passages": [{"source": p.source, "score": p.score, "text": p.text}
-                         for p in passages],
-        }
+        timings.update(prefill=stats.prefill_s, decode=stats.decode_s,
+                       time_to_first_token=(first or time.perf_counter()) - generate_start)
+        # The first answer's total counts the set-up it waited for; a later one's does not.
+        timings["total"] = time.perf_counter() - (self.started if self.setup else start)
+        timings = {**self.setup, **timings}
+        self.setup = {}
+        summary = self._summary(result, passages, timings)
         if self.args.json:
             print(json.dumps(summary, ensure_ascii=False))
         else:
-            print(f"\n\n[accepted length {stats.mean_accept_length:.2f} tokens/step, "
-                  f"{tok_s:.1f} tokens/s, {len(result.token_ids)} tokens in {stats.steps + 1} "
-                  f"forward passes instead of {len(result.token_ids)}; "
-                  f"sources: {', '.join(sources)}]")
+            print(f"\n\n[{_summary_line(summary)}]")
+        if self.args.verbose:
+            print(f"timings: {_timings_line(timings)}", file=sys.stderr, flush=True)
         return summary
 
+    def _reranked(self, question: str, candidates: list) -> list:
+        """The best ``--k`` candidates, by the session's reranker or in retrieval order."""
+        if self.rerank.reranker is None:
+            return candidates[: self.args.k]
+        if self.args.rerank == "llm":
+            self.say(f"reranking {len(candidates)} passages with the model ...")
+        return self.rerank.reranker.rerank(question, candidates, top_n=self.args.k)
 
-def _deltas(stream, echo: bool) -> Iterator[str]:
+    def _summary(self, result, passages: list, timings: dict[str, float]) -> dict:
+        stats = result.stats
+        tokens = len(result.token_ids)
+        return {
+            "model": self.gen.model_name,
+            "answer": result.text.strip(),
+            "sources": sorted({Path(p.source).name for p in passages}),
+            "finish_reason": result.finish_reason,
+            "tokens": tokens,
+            "mean_accept_length": round(stats.mean_accept_length, 3),
+            "tokens_per_s": round(tokens / max(stats.prefill_s + stats.decode_s, 1e-9), 2),
+            "steps": stats.steps,
+            "reranker": self.rerank.name,
+            "repetition_stop": self.args.repetition_stop,
+            "timings": {k: round(v, 4) for k, v in timings.items()},
+            "passages": [{"source": p.source, "score": p.score, "text": p.text}
+                         for p in passages],
+        }
+
+
+class _Timer:
+    """``with _Timer(into, key):`` adds the block's wall seconds to ``into[key]``."""
+
+    def __init__(self, into: dict[str, float], key: str) -> None:
+        self.into, self.key = into, key
+
+    def __enter__(self) -> _Timer:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.into[self.key] = self.into.get(self.key, 0.0) + time.perf_counter() - self.start
+
+
+def local_cross_encoder(name: str) -> str | None:
+    """``name`` as a folder on this machine (itself, or its Hugging Face cache snapshot),
+    found without the network; ``None`` if it would have to be downloaded."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        config = try_to_load_from_cache(name, "config.json")
+    except (ImportError, ValueError):  # no hub client, or not a valid hub id
+        return None
+    return str(Path(config).parent) if isinstance(config, str) else None
+
+
+def _show(stream, echo: bool) -> float | None:
+    """Print the stream's deltas (when ``echo``); the clock when the first text came."""
+    first = None
     for delta in stream:
+        if first is None and delta:
+            first = time.perf_counter()
         if echo:
-            yield delta
+            print(delta, end="", flush=True)
+    return first
 
 
-def _guarded(action, args: argparse.Namespace) -> int:
+def _summary_line(summary: dict) -> str:
+    tokens, steps = summary["tokens"], summary["steps"]
+    parts = [f"accepted length {summary['mean_accept_length']:.2f} tokens/step",
+             f"{summary['tokens_per_s']:.1f} tokens/s",
+             f"{tokens} tokens in {steps + 1} forward passes instead of {tokens}"]
+    if summary["finish_reason"] == "repetition":
+        parts.append("stopped where the answer began to repeat itself "
+                     "(--no-repetition-stop lets it run on)")
+    parts.append(f"reranker: {summary['reranker']}")
+    parts.append(f"sources: {', '.join(summary['sources'])}")
+    return "; ".join(parts)
+
+
+def _timings_line(timings: dict[str, float]) -> str:
+    order = [k for k in (*SETUP_TIMINGS, *QUESTION_TIMINGS) if k in timings]
+    return ", ".join(f"{k.replace('_', ' ')} {timings[k]:.2f} s" for k in order)
+
+
+def _guarded(action: Callable[[], int], args: argparse.Namespace) -> int:
     """One ``error:`` line and exit 2 for a user's mistake (see ``errors``)."""
     return run_guarded(action, debug=getattr(args, "debug", False))
 

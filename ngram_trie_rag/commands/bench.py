@@ -34,6 +34,10 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                    help="unrecorded warm-up rounds, one short generation per method each "
                         "(default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure the model's latency curve first (about half a minute on "
+                        "two cores; see ngram-trie-rag calibrate), so the engine runs its "
+                        "fastest measured variants")
     p.add_argument("--background-load", type=int, default=0, metavar="N",
                    help="run N CPU-spinning processes beside the whole run, to measure "
                         "on a busy host (default 0)")
@@ -107,7 +111,7 @@ def _common(args: argparse.Namespace) -> dict:
     return {"data": args.data, "limit": args.limit, "max_new_tokens": args.max_new_tokens,
             "model": args.model, "dtype": args.dtype, "device": args.device,
             "threads": args.threads, "warmup": args.warmup,
-            "background_load": args.background_load}
+            "background_load": args.background_load, "calibrate": args.calibrate}
 
 
 def bench_config(args: argparse.Namespace) -> BenchConfig:

@@ -41,6 +41,7 @@ _EXPORTS = {
     "BaseReranker": ".reranker_base",
     "CrossEncoderReranker": ".cross_encoder",
     "LLMReranker": ".llm_reranker",
+    "LexicalReranker": ".lexical_reranker",
     "Retriever": ".retriever",
     "load_or_build": ".cache",
 }
@@ -56,6 +57,7 @@ __all__ = [
     "IndexLoadError",
     "IndexSaveError",
     "LLMReranker",
+    "LexicalReranker",
     "ModelLoadError",
     "PAPER_FACTORY",
     "Passage",
@@ -85,6 +87,7 @@ if TYPE_CHECKING:
         RetrievalError,
     )
     from .formats import SUPPORTED_SUFFIXES
+    from .lexical_reranker import LexicalReranker
     from .llm_reranker import LLMReranker
     from .loaders import load_documents
     from .passage import Passage, SourceDocument
