@@ -27,6 +27,21 @@ def test_steep_latency_prefers_plain_steps() -> None:
     assert DraftBudget(STEEP, max_draft=16).choose(_tree()) == 0
 
 
+def test_a_dear_curve_still_tries_a_draft_every_few_steps() -> None:
+    """A curve that makes every draft look dear (timed on a busy host) would never see
+    a draft step again to correct it: every EXPLORE_EVERY-th choice uses the prior's
+    cost, and a draft step that turns out cheap brings the curve down at once."""
+    from ngram_trie_rag.drafting.budget import EXPLORE_EVERY
+
+    budget = DraftBudget(STEEP, max_draft=16)
+    choices = [budget.choose(_tree()) for _ in range(2 * EXPLORE_EVERY)]
+    explored = [i for i, k in enumerate(choices) if k]
+    assert explored == [EXPLORE_EVERY - 1, 2 * EXPLORE_EVERY - 1]
+    k = choices[explored[0]]
+    budget.record_latency(1 + k, 0.045)  # the draft cost about a plain step
+    assert budget.latency[1 + k] < STEEP[1 + k] / 2
+
+
 def test_cap_and_empty_tree() -> None:
     assert DraftBudget(FLAT, max_draft=2).choose(_tree()) == 2
     assert DraftBudget(FLAT, max_draft=8).choose(DraftTree.empty()) == 0
@@ -67,10 +82,10 @@ def test_latency_fit_is_monotone_and_pools_a_spike() -> None:
     assert _fitted(smooth) == smooth  # already monotone: unchanged
     # One slow measurement (a busy moment) is averaged with the sizes it exceeds
     # instead of raising every larger size to it.
-    fitted = _fitted({1: 0.04, 2: 0.10, 3: 0.05, 4: 0.06, 5: 0.20})
+    fitted = _fitted({1: 0.05, 2: 0.10, 3: 0.05, 4: 0.06, 5: 0.20})
     assert list(fitted.values()) == sorted(fitted.values())
     assert np.isclose(fitted[2], 0.07) and np.isclose(fitted[4], 0.07)
-    assert fitted[1] == 0.04 and fitted[5] == 0.20
+    assert fitted[1] == 0.05 and fitted[5] == 0.20
 
 
 def test_record_latency_refines_a_size_of_the_curve_and_says_which() -> None:
@@ -82,8 +97,11 @@ def test_record_latency_refines_a_size_of_the_curve_and_says_which() -> None:
     # a size no step has timed keeps the curve's shape at the steps' scale
     assert np.isclose(budget.latency[17], 0.12 * 0.09 / 0.08) and budget.latency[1] == 0.04
     budget.record_latency(17, 0.12)  # once timed, a size follows its own steps
+    assert np.isclose(budget.latency[17], 0.12)  # faster than the curve: taken at once
     budget.record_latency(9, 0.5)
-    assert np.isclose(budget.latency[17], 0.9 * 0.135 + 0.1 * 0.12)
+    assert np.isclose(budget.latency[17], 0.12)
+    budget.record_latency(17, 0.24)  # slower: a tenth of the way
+    assert np.isclose(budget.latency[17], 0.9 * 0.12 + 0.1 * 0.24)
 
 
 def test_a_step_between_sizes_moves_both_neighbours_by_its_ratio() -> None:
@@ -103,5 +121,10 @@ def test_a_stalled_step_moves_the_curve_a_bounded_step() -> None:
     budget = DraftBudget({1: 0.04, 9: 0.08}, max_draft=16)
     budget.record_latency(1, 4.0)  # a hundred times the curve: counted as three times
     assert np.isclose(budget.latency[1], 0.04 * 1.2)
-    budget.record_latency(1, 0.0)
-    assert np.isclose(budget.latency[1], 0.04 * 1.2 * (1 + 0.1 * (1 / 3 - 1)))
+    budget.record_latency(1, 0.0)  # faster counts at once, but at most a third
+    assert np.isclose(budget.latency[1], 0.04 * 1.2 / 3)
+
+
+def test_no_forward_counts_dearer_than_its_tokens_one_by_one() -> None:
+    budget = DraftBudget({1: 0.05, 2: 0.6, 9: 0.2}, max_draft=16)
+    assert np.isclose(budget.latency[2], 0.1) and np.isclose(budget.latency[9], 0.2)

@@ -32,6 +32,11 @@ SHARE_BINS = np.array([0.1, 0.33, 0.66, 0.99])  # share of the subtree's frequen
 MAX_DEPTH_BUCKET = 8
 MAX_MATCH_BUCKET = 3
 MAX_STEP_RATIO = 3.0  # a step's ratio to the curve counts at most this far from 1
+# Every EXPLORE_EVERY-th choice is made as if verifying cost PRIOR_SLOPE of a plain step
+# per extra token (about a CPU's cost in fp32): a curve that makes drafts look dear (one
+# timed on a busy host) would otherwise never see a draft step again to correct it.
+EXPLORE_EVERY = 8
+PRIOR_SLOPE = 0.1
 
 
 class DraftBudget:
@@ -40,8 +45,9 @@ class DraftBudget:
     def __init__(self, latency: dict[int, float], max_draft: int,
                  prior_weight: float = 2.0) -> None:
         self.max_draft = max_draft
-        self.latency = _monotone(latency)  # tokens in the forward (1 + K) -> seconds
+        self.latency = _monotone(_bounded(latency))  # tokens in the forward (1 + K) -> seconds
         self.timed: set[int] = set()  # sizes of latency that real steps have moved
+        self.choices = 0  # choose() calls with candidates, for exploring
         shape = (MAX_MATCH_BUCKET + 1, MAX_DEPTH_BUCKET + 1, SHARE_BINS.size + 1)
         # Prior: a confident, shallow node is often right; deep, rare ones seldom.
         depth = np.arange(shape[1])[None, :, None]
@@ -64,7 +70,10 @@ class DraftBudget:
         ratio counts up to ``MAX_STEP_RATIO`` either way: one step stalled by another
         process (seconds instead of milliseconds) must not set a curve that is kept."""
         ratio = seconds / interpolated(self.latency, tokens)
-        step = 0.1 * (min(max(ratio, 1.0 / MAX_STEP_RATIO), MAX_STEP_RATIO) - 1.0)
+        ratio = min(max(ratio, 1.0 / MAX_STEP_RATIO), MAX_STEP_RATIO)
+        # Faster than the curve says is proof the host can (noise only ever slows a
+        # step down): taken at once. Slower moves a tenth of the way (load comes and goes).
+        step = ratio - 1.0 if ratio < 1.0 else 0.1 * (ratio - 1.0)
         near = ([(tokens, 1.0)] if tokens in self.latency
                 else _neighbours(sorted(self.latency), tokens))
         untimed = [q for q in self.latency if q > tokens and q not in self.timed]
@@ -100,7 +109,11 @@ class DraftBudget:
         p = np.zeros(len(tree))
         p[tree.ranks()] = self.probabilities(tree)  # p in rank order
         gain = 1.0 + np.concatenate(([0.0], np.cumsum(p[:n])))  # expected tokens, K = 0..n
-        cost = np.array([self.cost(k) for k in range(n + 1)])
+        self.choices += 1
+        if self.choices % EXPLORE_EVERY == 0:  # the prior's cost, so every size gets timed
+            cost = 1.0 + PRIOR_SLOPE * np.arange(n + 1)
+        else:
+            cost = np.array([self.cost(k) for k in range(n + 1)])
         return int(np.argmax(gain / cost))
 
     def observe(self, tree: DraftTree, emitted: Sequence[int]) -> None:
@@ -142,6 +155,15 @@ def _neighbours(sizes: Sequence[int], q: int) -> list[tuple[int, float]]:
     lo, hi = below[-1], above[0]
     w = (q - lo) / (hi - lo)
     return [(lo, 1.0 - w), (hi, w)]
+
+
+def _bounded(curve: dict[int, float]) -> dict[int, float]:
+    """``curve`` with no forward of q tokens dearer than q plain steps (which would
+    make the same tokens one by one): a larger figure was timed while something else
+    held the cores."""
+    if 1 not in curve:
+        return dict(curve)
+    return {q: min(t, q * curve[1]) for q, t in curve.items()}
 
 
 def _monotone(curve: dict[int, float]) -> dict[int, float]:
