@@ -282,14 +282,12 @@ def _check_reachable(hub_id: str, model_kwargs: Mapping[str, Any]) -> None:
     """Fail at once, naming ``hub_id``, when it is not in the local cache and the hub
     does not answer: Hugging Face's downloads retry a refused connection for ~25 s per
     file, several files in a row. Offline mode and cached ids are left to Transformers."""
-    from huggingface_hub import constants, get_session, try_to_load_from_cache
+    from huggingface_hub import constants, get_session
 
     if constants.HF_HUB_OFFLINE or model_kwargs.get("local_files_only"):
         return
-    revision = model_kwargs.get("revision")
-    cache = model_kwargs.get("cache_dir")
-    if isinstance(try_to_load_from_cache(hub_id, "config.json", cache_dir=cache,
-                                         revision=revision), str):
+    if cached_snapshot(hub_id, revision=model_kwargs.get("revision"),
+                       cache_dir=model_kwargs.get("cache_dir")) is not None:
         return
     try:
         get_session().head(f"{constants.ENDPOINT}/api/models/{hub_id}", timeout=10)
@@ -298,6 +296,17 @@ def _check_reachable(hub_id: str, model_kwargs: Mapping[str, Any]) -> None:
             f"cannot load a model from {hub_id!r}: it is not in the local Hugging Face cache "
             f"and the hub at {constants.ENDPOINT} did not answer ({first_line(exc)}); "
             "set HF_ENDPOINT for a mirror, or pass a local folder") from exc
+
+
+def cached_snapshot(hub_id: str, *, revision: str | None = None,
+                    cache_dir: str | None = None) -> Path | None:
+    """The folder of ``hub_id``'s files in the local Hugging Face cache (found by its
+    ``config.json``, without the network), or None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(hub_id, "config.json", cache_dir=cache_dir,
+                                    revision=revision)
+    return Path(config).parent if isinstance(config, str) else None
 
 
 def first_line(exc: BaseException) -> str:

@@ -30,6 +30,15 @@ def positive_int(text: str) -> int:
     return value
 
 
+def repetition_window(text: str) -> int:
+    """``--repetition-stop``'s n, at least 2: one repeated token is often legitimate
+    ("1 1")."""
+    value = _int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2, got {value}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """An integer >= 0."""
     value = _int(text)

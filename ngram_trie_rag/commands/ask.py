@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..repetition import DEFAULT_N
-from .arguments import add_model_flags, positive_int
+from .arguments import add_model_flags, positive_int, repetition_window
 from .errors import first_line, run_guarded
 from .limits import add_limit_flags
 
@@ -83,17 +83,6 @@ def _add_rerank_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cross-encoder", default=DEFAULT_CROSS_ENCODER, metavar="ID|PATH",
                    help="the cross-encoder of --rerank auto/cross-encoder: a hub id or a "
                    f"local folder (default: {DEFAULT_CROSS_ENCODER})")
-
-
-def repetition_window(text: str) -> int:
-    """``--repetition-stop``'s n: one repeated token is often legitimate ("1 1")."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"must be at least 2, got {value}")
-    return value
 
 
 def add_repetition_flags(p: argparse.ArgumentParser) -> None:
@@ -329,13 +318,13 @@ def local_cross_encoder(name: str) -> str | None:
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path)
-    try:
-        from huggingface_hub import try_to_load_from_cache
+    from ..loading import cached_snapshot
 
-        config = try_to_load_from_cache(name, "config.json")
+    try:
+        snapshot = cached_snapshot(name)
     except (ImportError, ValueError):  # no hub client, or not a valid hub id
         return None
-    return str(Path(config).parent) if isinstance(config, str) else None
+    return str(snapshot) if snapshot is not None else None
 
 
 def _show(stream, echo: bool) -> float | None:
