@@ -142,3 +142,31 @@ def test_installed_command_prints_no_traceback(place: dict[str, str]) -> None:
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: refusing to save index")
+
+
+def test_the_command_exits_with_its_code_and_all_its_output(tmp_path) -> None:
+    """The console script skips Python's teardown: its output must still be complete,
+    piped or not, the exit code the command's, and a thread it started waited for."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, threading, time\n"
+        "from ngram_trie_rag.commands import cli\n"
+        "def late():\n"
+        "    time.sleep(0.3)\n"
+        "    print('thread done', flush=False)\n"
+        "def main():\n"
+        "    threading.Thread(target=late).start()\n"
+        "    print('x' * 200000, end='')\n"
+        "    print('bye', file=sys.stderr, end='')\n"
+        "    return 3\n"
+        "cli.main = main\n"
+        "cli.entry()\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 3
+    assert done.stdout == "x" * 200000 + "thread done\n"
+    assert done.stderr.endswith("bye")
+    version = subprocess.run([sys.executable, "-m", "ngram_trie_rag.commands.cli",
+                              "--version"], capture_output=True, text=True, cwd=ROOT,
+                             timeout=300)
+    assert version.returncode == 0 and version.stdout.startswith("ngram-trie-rag ")
