@@ -6,10 +6,13 @@ it, earlier in the answer. The rule looks only at the tokens, so it applies the 
 to any decoder's output: the kept answer is a **prefix** of what plain greedy decoding
 makes, and speculative output stays exact against a reference cut by the same rule.
 
-Streaming must never hand out a token that a later cut removes. A cut found at position
-``t`` keeps ``tokens[: t - n + 1]``, so once every position below ``P`` has been checked
-without a cut, tokens before ``P - (n - 1)`` are final: :class:`RepetitionStop` releases
-those and holds the last ``n - 1`` back until the answer ends.
+Streaming must never hand out a token that a later cut removes. A cut at ``j`` needs the
+n-gram starting at ``j`` to have occurred wholly before, so while the answer's tail
+``tokens[j:]`` is shorter than ``n``, ``j`` can still become a cut only if that tail
+begins some earlier n-gram (one starting at or before ``j - n``). :class:`RepetitionStop`
+releases every token before the first such ``j``: in text that does not repeat itself
+that holds back a token or two, not ``n - 1``, so the first words show as soon as they
+are decoded.
 """
 
 from __future__ import annotations
@@ -109,21 +112,39 @@ class RepetitionStop(RepeatScan):
     def __init__(self, n: int) -> None:
         super().__init__(n)
         self.released = 0  # tokens handed out so far
+        # Every run of 1..n-1 tokens -> where it first starts (runs of different lengths
+        # are different keys): what a tail shorter than n is looked up in.
+        self._starts: dict[NGram, int] = {}
 
     def emit(self, tokens: Sequence[int], finish: FinishReason | None,
              stats: GenerationStats) -> tuple[list[int], FinishReason | None]:
         """Add a step's tokens; return what may leave now and the finish reason
         (``"repetition"`` on a cut, whose stats are trimmed to the kept answer)."""
+        start = len(self.tokens)
         cut = self.feed(tokens)
         if cut is not None:
             del self.tokens[cut:]
             finish = "repetition"
             stats.accept_lengths[:] = trim_steps(stats.accept_lengths, cut - 1)
             del stats.draft_sizes[len(stats.accept_lengths):]
-        end = len(self.tokens) if finish is not None else len(self.tokens) - (self.n - 1)
+        end = len(self.tokens) if finish is not None else self._final(start)
         out = self.tokens[self.released : max(end, self.released)]
         self.released += len(out)
         return out, finish
+
+    def _final(self, start: int) -> int:
+        """How many tokens no later cut can remove, after tokens from ``start`` on were
+        added without a cut: the first ``j`` whose tail ``tokens[j:]`` (shorter than n)
+        began an n-gram starting at or before ``j - n``, else all of them."""
+        tokens, n = self.tokens, self.n
+        for p in range(start, len(tokens)):  # index the runs ending at each new token
+            for m in range(1, min(n - 1, p + 1) + 1):
+                self._starts.setdefault(tuple(tokens[p - m + 1 : p + 1]), p - m + 1)
+        for j in range(max(len(tokens) - n + 1, n), len(tokens)):  # earliest first
+            first = self._starts[tuple(tokens[j:])]
+            if first <= j - n:
+                return j
+        return len(tokens)
 
 
 def cut_answer(tokens: list[int], n: int | None) -> tuple[list[int], bool]:

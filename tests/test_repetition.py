@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 from data_files import read_jsonl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.reference import greedy_reference
-from ngram_trie_rag.repetition import RepetitionStop, repeat_cut, trim_steps
+from ngram_trie_rag.repetition import RepetitionStop, cut_answer, repeat_cut, trim_steps
 from ngram_trie_rag.result import GenerationStats
 
 # ---- the rule ---------------------------------------------------------------------------
@@ -70,16 +72,17 @@ def test_trim_steps() -> None:
 
 
 def test_the_stop_holds_back_what_a_cut_may_remove() -> None:
-    """n = 3: a cut removes at most the newest n - 1 = 2 tokens already seen."""
+    """n = 3: a token leaves once no repeat can start at or before it."""
     stop = RepetitionStop(3)
     stats = GenerationStats(accept_lengths=[], draft_sizes=[])
-    assert stop.emit([5], None, stats) == ([], None)  # prefill: nothing final yet
+    assert stop.emit([5], None, stats) == ([5], None)  # prefill: nothing to repeat yet
     stats.accept_lengths.append(3)
     stats.draft_sizes.append(4)
-    assert stop.emit([1, 2, 3], None, stats) == ([5, 1], None)
+    assert stop.emit([1, 2, 3], None, stats) == ([1, 2, 3], None)
     stats.accept_lengths.append(3)
     stats.draft_sizes.append(4)
-    assert stop.emit([9, 1, 2], None, stats) == ([2, 3, 9], None)
+    # the tail "1 2" began the earlier "1 2 3": it may become a repeat, so it waits
+    assert stop.emit([9, 1, 2], None, stats) == ([9], None)
     stats.accept_lengths.append(2)
     stats.draft_sizes.append(2)
     # "1 2 3" repeats: cut at 5, the held-back "1 2" never leaves
@@ -88,11 +91,47 @@ def test_the_stop_holds_back_what_a_cut_may_remove() -> None:
     assert stats.accept_lengths == [3, 1] and stats.draft_sizes == [4, 4]
 
 
+def test_a_tail_that_began_no_earlier_run_leaves_at_once() -> None:
+    """Held back: only tails that start an n-gram wholly before them (k <= j - n)."""
+    stop = RepetitionStop(3)
+    stats = GenerationStats()
+    assert stop.emit([7, 8], None, stats) == ([7, 8], None)
+    assert stop.emit([9, 7], None, stats) == ([9], None)  # "7" at 3 may repeat "7 8 9"
+    assert stop.emit([8], None, stats) == ([], None)  # "7 8" still may
+    assert stop.emit([1], None, stats) == ([7, 8, 1], None)  # "7 8 1" is new: all final
+    assert stop.emit([2], "eos", stats) == ([2], "eos")
+
+
 def test_the_stop_flushes_everything_when_the_answer_ends() -> None:
     stop = RepetitionStop(4)
     stats = GenerationStats()
-    assert stop.emit([1, 2, 3], None, stats) == ([], None)
-    assert stop.emit([4, 2], "eos", stats) == ([1, 2, 3, 4, 2], "eos")
+    assert stop.emit([1, 2, 3], None, stats) == ([1, 2, 3], None)
+    assert stop.emit([4, 1, 2], None, stats) == ([4], None)
+    assert stop.emit([3], "eos", stats) == ([1, 2, 3], "eos")
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(st.integers(0, 3), max_size=60),
+       sizes=st.lists(st.integers(1, 6), min_size=1, max_size=60),
+       n=st.integers(2, 6))
+def test_streamed_tokens_are_the_cut_answer_and_never_withdrawn(
+        tokens: list[int], sizes: list[int], n: int) -> None:
+    """Fed in steps of any size, what leaves is always a prefix of the answer the cut
+    rule keeps, all of it by the end; and the last token leaves whenever nothing at all
+    could repeat (a tail no earlier n-gram began)."""
+    kept, _ = cut_answer(tokens, n)
+    stop, stats, out = RepetitionStop(n), GenerationStats(), []
+    i, step = 0, 0
+    while i < len(tokens):
+        chunk = tokens[i : i + sizes[step % len(sizes)]]
+        i += len(chunk)
+        step += 1
+        released, finish = stop.emit(chunk, "eos" if i >= len(tokens) else None, stats)
+        out += released
+        assert out == kept[: len(out)]
+        if finish == "repetition":
+            break
+    assert out == kept
 
 
 # ---- the generator ----------------------------------------------------------------------
