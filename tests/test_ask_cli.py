@@ -151,3 +151,36 @@ def test_demo_finds_the_bundled_documents() -> None:
     from ngram_trie_rag.commands.demo import sample_docs_dir
 
     assert sorted(p.suffix for p in sample_docs_dir().iterdir() if p.is_file())
+
+
+def test_a_chat_follow_up_keeps_the_shared_passages_first_and_reuses_their_cache(
+        tmp_path: Path, capsys, monkeypatch) -> None:
+    """Passages the previous prompt had lead the follow-up's prompt in the same order, so
+    the engine prefills only from the first new passage or the question on."""
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(
+        f"{QUESTION}\nWhat should I do when the Aurora K3 shows E2?\n"))
+    code = main(["chat", str(SAMPLE), "--json", "--max-new-tokens", "8",
+                 "--cache-dir", str(tmp_path / "cache")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    # each answer's line follows the "> " prompt of input()
+    first, second = (json.loads(line[line.index("{"):])
+                     for line in captured.out.splitlines() if "{" in line)
+    before = [p["text"] for p in first["passages"]]
+    after = [p["text"] for p in second["passages"]]
+    shared = [t for t in after if t in before]
+    assert shared, "the follow-up should retrieve some of the same passages"
+    assert after[: len(shared)] == sorted(shared, key=before.index)
+    assert first["prefix_reused"] == 0 and second["prefix_reused"] > 0
+
+
+def test_follow_order_is_stable_for_new_passages() -> None:
+    from types import SimpleNamespace
+
+    from ngram_trie_rag.commands.ask import follow_order
+
+    passages = [SimpleNamespace(text=t) for t in ("d", "b", "e", "a")]
+    order = follow_order(passages, ["a", "b", "c"])
+    assert [p.text for p in order] == ["a", "b", "d", "e"]

@@ -150,6 +150,7 @@ class Session:
         from ..retrieval import load_or_build
 
         self.args = args
+        self._previous: list[str] = []  # the last prompt's passages, in prompt order
         self.started = time.perf_counter()
         self.setup: dict[str, float] = {}  # seconds, reported with the first answer only
         for d in docs:
@@ -172,7 +173,7 @@ class Session:
             self.gen = SpeculativeGenerator.from_pretrained(args.model, device=args.device,
                                                             dtype=args.dtype)
             # The embedder loads lazily: loaded here, its second does not count as retrieval.
-            _ = self.retriever.embedder.model
+            self.retriever.embedder.load()
             self.rerank = self._choose_reranker()
         self.say(f"reranking: {self.rerank.name}"
                  + (f" ({self.rerank.reason})" if self.rerank.reason else ""))
@@ -236,7 +237,9 @@ class Session:
             candidates = self.retriever.retrieve(question, top_n=fetch)
         with _Timer(timings, "rerank"):
             passages = self._reranked(question, candidates)
+        passages = follow_order(passages, self._previous)
         texts = [p.text for p in passages]
+        self._previous = texts
         # Chat messages, or for a base model a completion prompt with its stop strings.
         request = rag_request(self.gen.tokenizer, texts, question)
         ids = self.gen.encode_prompt(request.prompt)  # encoded once: stream takes the ids
@@ -290,6 +293,8 @@ class Session:
             "mean_accept_length": round(stats.mean_accept_length, 3),
             "tokens_per_s": round(tokens / max(stats.prefill_s + stats.decode_s, 1e-9), 2),
             "steps": stats.steps,
+            # A chat follow-up prefills only what its prompt does not share with the last.
+            "prefix_reused": stats.prefix_reused,
             "reranker": self.rerank.name,
             "repetition_stop": self.args.repetition_stop,
             "timings": {k: round(v, 4) for k, v in timings.items()},
@@ -310,6 +315,15 @@ class _Timer:
 
     def __exit__(self, *exc: object) -> None:
         self.into[self.key] = self.into.get(self.key, 0.0) + time.perf_counter() - self.start
+
+
+def follow_order(passages: list, previous: list[str]) -> list:
+    """The passages, those the previous prompt also had first and in its order, then
+    the new ones in rank order. A follow-up over the same passages then repeats the
+    previous prompt up to its question, and the engine prefills only the rest (the
+    cache of the common prefix is kept); the model still sees every passage."""
+    place = {text: i for i, text in enumerate(previous)}
+    return sorted(passages, key=lambda p: place.get(p.text, len(place)))  # stable
 
 
 def local_cross_encoder(name: str) -> str | None:
