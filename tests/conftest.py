@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+GPU_RUN = os.environ.get("NGRAM_TRIE_RAG_TEST_GPU") == "1"  # see ../conftest.py
 # helper modules: tiny_model, data_files, retrieval_support, greedy_reference
 sys.path.insert(0, str(Path(__file__).parent))
 from hub_cache import loaded_model, model_folder, offline_hub  # noqa: E402, F401
@@ -38,3 +39,19 @@ def embedder():
     from ngram_trie_rag.retrieval import Embedder
 
     return Embedder()
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """``gpu`` tests need CUDA and a run that asked for it; the rest run on the CPU."""
+    if GPU_RUN:
+        import torch
+
+        if torch.cuda.is_available():
+            return
+        reason = "no CUDA device on this host"
+    else:
+        reason = "CUDA is hidden from the CPU suite: run make test-gpu"
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
