@@ -29,7 +29,7 @@ import torch
 
 from .drafting import DraftBudget, DraftConfig, Drafter, DraftTree
 from .drafting.answer_store import answer_tokens
-from .engine import KV, Engine, engine_for
+from .engine import KV, Engine, device_accept, engine_for
 from .engine.latency import LatencyCurve
 from .grammar import Constraint, compiler_for
 from .inputs import DraftDocument, Prompt, encode_documents, encode_prompt
@@ -95,6 +95,7 @@ class SpeculativeGenerator:
                         model_kwargs: dict[str, Any] | None = None,
                         tokenizer_kwargs: dict[str, Any] | None = None,
                         chat_template_kwargs: dict[str, Any] | None = None,
+                        engine: str = "auto",
                         **kwargs: Any) -> SpeculativeGenerator:
         """Load a model as Transformers does and wrap it: a hub id (``"Qwen/Qwen2.5-7B-
         Instruct"``), a local folder, a ``.gguf`` file, or ``None`` for the packaged
@@ -103,9 +104,13 @@ class SpeculativeGenerator:
         ``from_pretrained``'s own keywords may be given here directly, as with
         ``AutoModelForCausalLM`` (``device_map="auto"``, ``attn_implementation=...``,
         ``revision=...``): they join ``model_kwargs``. Other keywords are the drafter's
-        (``n``, ``prefix_len``, ``num_draft``, ...).
+        (``n``, ``prefix_len``, ``num_draft``, ...). ``engine``: ``auto``, ``eager``,
+        ``static`` or ``compiled`` (see :mod:`~ngram_trie_rag.engine.choice`).
         """
+        from .engine.choice import check_engine, make_engine
         from .loading import DEFAULT_MODEL_NAME, LOADER_KEYS, load_model
+
+        check_engine(engine)
 
         loader = {k: kwargs.pop(k) for k in list(kwargs) if k in LOADER_KEYS}
         config = _draft_config(kwargs)  # an unknown keyword fails before the load
@@ -115,6 +120,7 @@ class SpeculativeGenerator:
                                               tokenizer_kwargs=tokenizer_kwargs)
         name = os.fspath(model) if model is not None else DEFAULT_MODEL_NAME
         return cls(loaded, loaded_tokenizer, config, name=name,
+                   engine=make_engine(loaded, engine),
                    chat_template_kwargs=chat_template_kwargs)
 
     def reshaped(self, **changes: Any) -> SpeculativeGenerator:
@@ -271,7 +277,10 @@ class SpeculativeGenerator:
             used[self.engine.last_threads] = used.get(self.engine.last_threads, 0) + 1
         if allowed is not None:  # each node's row: what its own path lets follow
             logits = req.constraint.apply(logits, allowed, req.params.greedy)
-        tokens, path = accept(tree, logits, req.params, req.rng)  # syncs with the device
+        # The walk, on the host or (on an accelerator) as tensor ops with one transfer:
+        # both give the same greedy answer; seeded sampling draws differ (device_accept).
+        walk = accept if logits.device.type == "cpu" else device_accept.accept
+        tokens, path = walk(tree, logits, req.params, req.rng)  # syncs with the device
         seconds = time.perf_counter() - forward_start
         self.engine.commit(req.kv, inputs, path)
         tokens, finish = self._cut(tokens[:room])  # a drafter may overshoot the limit

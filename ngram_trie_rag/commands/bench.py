@@ -38,6 +38,12 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                    help="measure the model's latency curve first (about half a minute on "
                         "two cores; see ngram-trie-rag calibrate), so the engine runs its "
                         "fastest measured variants")
+    p.add_argument("--engine", choices=("auto", "eager", "static", "compiled"), default="auto",
+                   help="what runs the speculative methods' forwards: eager (the buffered "
+                        "cache and the CPU fast paths), static (a preallocated cache, trees "
+                        "padded to fixed sizes), compiled (static, torch.compile and CUDA "
+                        "graphs; minutes of compiling first), auto (the engine's choice: "
+                        "eager; default)")
     p.add_argument("--background-load", type=int, default=0, metavar="N",
                    help="run N CPU-spinning processes beside the whole run, to measure "
                         "on a busy host (default 0)")
@@ -111,7 +117,8 @@ def _common(args: argparse.Namespace) -> dict:
     return {"data": args.data, "limit": args.limit, "max_new_tokens": args.max_new_tokens,
             "model": args.model, "dtype": args.dtype, "device": args.device,
             "threads": args.threads, "warmup": args.warmup,
-            "background_load": args.background_load, "calibrate": args.calibrate}
+            "background_load": args.background_load, "calibrate": args.calibrate,
+            "engine": args.engine}
 
 
 def bench_config(args: argparse.Namespace) -> BenchConfig:

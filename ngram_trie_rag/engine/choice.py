@@ -1,0 +1,38 @@
+"""Which engine runs a generator's forwards, by name (``engine=`` and ``bench --engine``).
+
+- ``eager``: :class:`~ngram_trie_rag.engine.engine.Engine`, the buffered cache and the
+  fastest measured forward of the model's own modules or the direct Llama step.
+- ``static``: :class:`~ngram_trie_rag.engine.static_engine.StaticEngine` run eagerly: a
+  preallocated cache and trees padded to fixed sizes.
+- ``compiled``: the static engine with its step compiled (``torch.compile``, CUDA graphs
+  on CUDA), one graph per tree size, compiled on first use.
+- ``auto``: the engine's own choice. Measured on a 2-core CPU, the static engine's steps
+  cost more than the eager engine's (attention over the whole preallocated cache, no
+  CPU fast paths) and compiling does not win that back, so ``auto`` is ``eager``; on a
+  GPU the compiled step is the one built for it, but until it is measured there ``auto``
+  stays ``eager`` too (docs/gpu.md).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .engine import Engine, engine_for
+
+ENGINES = ("auto", "eager", "static", "compiled")
+
+
+def check_engine(name: object) -> str:
+    """``name`` when it is one of :data:`ENGINES`, else a ValueError naming them."""
+    if name not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {name!r}")
+    return str(name)
+
+
+def make_engine(model: torch.nn.Module, name: str) -> Engine:
+    """The engine ``name`` for ``model``; generators naming the same one share it."""
+    if check_engine(name) in ("auto", "eager"):
+        return engine_for(model)
+    from .static_engine import static_engine_for
+
+    return static_engine_for(model, compiled=name == "compiled")

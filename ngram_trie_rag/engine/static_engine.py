@@ -1,0 +1,276 @@
+"""A verification engine over a preallocated cache whose step shapes are fixed.
+
+:class:`StaticEngine` runs the same steps as :class:`~ngram_trie_rag.engine.engine.Engine`
+(prefill, then per step one forward over ``[last] + tree``, then compaction to the
+accepted path) with two differences that let the step be compiled, and captured as a
+CUDA graph on a GPU:
+
+- the KV cache is a Transformers :class:`~transformers.StaticCache`: one buffer per layer
+  of ``capacity`` positions, allocated once and never moved. Every forward attends over
+  the whole buffer; the attention mask hides the positions past the committed sequence.
+- a draft tree is padded up to a fixed node count (:mod:`~ngram_trie_rag.engine.tree_buckets`),
+  so a handful of shapes (the plain step, and one per bucket) cover every step.
+
+With ``compiled=True`` the step's forward goes through
+``torch.compile(fullgraph=True, dynamic=False)`` (``mode="reduce-overhead"`` on CUDA):
+one graph per shape, compiled on first use. Prefill always runs eagerly.
+
+Capacity: ``prefill(ids, capacity=None)`` needs ``len(ids) + max_new_tokens + largest
+bucket + 1`` positions (``max_new_tokens`` as given to the engine, 1,024 by default, cut
+to the model's context window). The cache is kept and reused by the next request while it
+is large enough; a larger request allocates a bigger one, rounded up to a multiple of
+:data:`CAPACITY_STEP` so that few sizes occur (each size is a new shape to compile). A
+request that outgrows its cache mid-way raises ValueError: build the engine with a larger
+``max_new_tokens`` or ``capacity``. One request at a time uses the cache (the engine's
+lock serialises generations); the previous request's prefix is not reused.
+
+Models served: attention over a full-length cache in every layer (no sliding or chunked
+windows), a rotary embedding that does not change with the sequence length, attention
+implementation ``sdpa`` (boolean mask) or ``eager`` (additive float mask), one device.
+Anything else raises ValueError when the engine is built.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..drafting.draft_tree import DraftTree
+from . import gqa_attention, linear_layout
+from .attention_windows import FULL, attention_windows
+from .engine import KV, Engine, StepInputs
+from .kv_cache import cache_kwargs
+from .latency import LatencyCurve
+from .prefix_reuse import PrefixKeeper
+from .rope_limits import rope_limit
+from .support import check_supported
+from .tree_buckets import BUCKETS, bucket_for, pad_tree
+
+DEFAULT_MAX_NEW_TOKENS = 1024
+CAPACITY_STEP = 256  # cache sizes are rounded up to a multiple of this
+_BOOL_MASK_ATTENTION = (None, "sdpa", gqa_attention.NAME)  # SDPA reads a boolean mask
+
+
+class StaticEngine(Engine):
+    """Verification forwards over a preallocated :class:`~transformers.StaticCache`,
+    eager or compiled (``compiled``), trees padded to ``buckets``.
+
+    ``capacity``: the cache size to use for every request (None: sized per request, see
+    the module's notes). ``max_new_tokens``: what a request may generate when the
+    capacity is sized per request. ``curve`` pins the latency curve as for
+    :class:`Engine`. The latency curve, draft depth limits, lock and thread reporting
+    behave as the base engine's; the model is not switched to other attention or linear
+    variants.
+    """
+
+    def __init__(self, model: torch.nn.Module, lock: threading.Lock | None = None, *,
+                 capacity: int | None = None, compiled: bool = False,
+                 buckets: tuple[int, ...] = BUCKETS, curve: LatencyCurve | None = None,
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> None:
+        check_supported(model)
+        family = f"{type(model).__name__} (model_type {getattr(model.config, 'model_type', '?')!r})"
+        windows = attention_windows(model.config)
+        if any(window != FULL for _, window in windows.by_type):
+            raise ValueError(f"{family} has sliding or chunked attention windows; the static "
+                             "engine serves full attention only. Use Engine.")
+        if rope_limit(model) is not None:
+            raise ValueError(f"{family} uses a rotary embedding that changes with the sequence "
+                             "length (the cache would be recomputed); the static engine "
+                             "cannot serve it. Use Engine.")
+        attention = getattr(model.config, "_attn_implementation", None)
+        if attention not in (*_BOOL_MASK_ATTENTION, "eager"):
+            raise ValueError(f"{family} runs attn_implementation={attention!r}; the static "
+                             "engine needs 'sdpa' or 'eager'")
+        devices = set((getattr(model, "hf_device_map", None) or {}).values())
+        if len(devices) > 1:
+            raise ValueError(f"{family} is split over devices {sorted(map(str, devices))}; "
+                             "the static engine needs the model on one device")
+        if compiled and (gqa_attention.installed(model) or linear_layout.installed(model)):
+            raise ValueError("this model object has the base engine's attention or linear "
+                             "variants installed; compile a freshly loaded model")
+        if not buckets or min(buckets) < 1:
+            raise ValueError(f"buckets must be positive node counts, got {buckets!r}")
+        if capacity is not None and capacity < 2 + max(buckets):
+            raise ValueError(f"capacity {capacity} leaves no room for a step of "
+                             f"{1 + max(buckets)} tokens")
+        self.model = model
+        self.lock = lock or threading.Lock()
+        self.windows = windows
+        self._rope_limit = None
+        self.packed_gqa = False
+        self.step = None  # the model's own modules run every forward
+        self._curve = curve
+        self._pinned = curve is not None
+        self.prefixes = PrefixKeeper(enabled=False)  # each request prefills its prompt
+        self._governor = None
+        self.last_threads = None
+        self.buckets = tuple(sorted(set(buckets)))
+        self.capacity = capacity
+        self.max_new_tokens = max_new_tokens
+        self.compiled = compiled
+        self.bool_mask = attention in _BOOL_MASK_ATTENTION
+        self._keyword = next(iter(cache_kwargs(model, None)))  # "cache" or "past_key_values"
+        self._cache: Any = None  # the StaticCache, reused while large enough
+        self._columns: torch.Tensor | None = None  # (capacity,) key positions
+        self._cudagraphs = compiled and model.device.type == "cuda"
+        self._compiled_fn = None
+        if compiled:
+            config = torch._dynamo.config
+            # every shape at a few capacities, for each engine (they share one code object)
+            need = 64 + 4 * (len(self.buckets) + 1)
+            for name in ("cache_size_limit", "recompile_limit"):
+                if hasattr(config, name):
+                    setattr(config, name, max(getattr(config, name), need))
+            self._compiled_fn = torch.compile(
+                self._forward, fullgraph=True, dynamic=False,
+                mode="reduce-overhead" if self._cudagraphs else None)
+
+    def refine_curve(self, seconds) -> None:
+        """Not taken: this engine's steps (padded, over the whole cache) cost what they
+        cost here, and the stored curve is the base engine's. Each generator's draft
+        budget still learns from the real steps it runs."""
+
+    # ---- the cache --------------------------------------------------------------------
+    def needed_capacity(self, prompt_len: int) -> int:
+        """Positions a request with a ``prompt_len``-token prompt may fill."""
+        window = int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
+        new = max(1, min(self.max_new_tokens, window - prompt_len))
+        return prompt_len + new + max(self.buckets) + 1
+
+    def _cache_for(self, capacity: int):
+        """The kept cache when it holds ``capacity`` positions, else a new one."""
+        cache = self._cache
+        if cache is not None and cache.layers[0].max_cache_len >= capacity:
+            for layer in cache.layers:
+                if layer.is_initialized:
+                    layer.cumulative_length.fill_(0)
+            return cache
+        from transformers import StaticCache
+
+        self._cache = self._columns = None  # the old buffers go before the new ones come
+        cache = StaticCache(config=self.model.config, max_cache_len=capacity)
+        self._cache = cache
+        self._columns = torch.arange(capacity, device=self.model.device)
+        return cache
+
+    # ---- the steps --------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, ids: list[int], capacity: int | None = None) -> tuple[KV, torch.Tensor]:
+        """Cache the prompt (eagerly) in a cache of ``capacity`` positions (None: the
+        engine's ``capacity``, else sized for the prompt; see the module's notes); the
+        logits (V,) after its last token."""
+        if capacity is None:
+            capacity = self.capacity or _round_up(self.needed_capacity(len(ids)))
+        if len(ids) + 2 + max(self.buckets) > capacity:
+            raise ValueError(f"a prompt of {len(ids)} tokens needs a cache of more than "
+                             f"{capacity} positions")
+        cache = self._cache_for(capacity)
+        out = self.model(input_ids=torch.tensor([ids], device=self.model.device),
+                         **{self._keyword: cache}, use_cache=True, logits_to_keep=1)
+        kv = KV(cache, len(ids), list(ids))
+        return kv, out.logits[0, -1]
+
+    @torch.inference_mode()
+    def prepare(self, kv: KV, last: int, tree: DraftTree) -> StepInputs:
+        """Inputs of the forward verifying ``tree`` padded to its bucket: ids (1, Q),
+        positions ``kv.length + depth`` (1, Q) and the mask (1, 1, Q, capacity) over the
+        whole cache (the committed prefix, then each row's ancestors in the tree)."""
+        device = self.model.device
+        n = len(tree)
+        size = self._bucket(n)
+        if size:
+            padded = pad_tree(tree, size)
+            tokens = np.concatenate(([last], padded.tokens))
+            tokens[tokens < 0] = 0  # padding: any id the embedding takes
+            depths = np.concatenate(([0], padded.depths))
+            block = torch.from_numpy(padded.ancestors).to(device)
+        else:
+            tokens = np.array([last])
+            depths = np.zeros(1, dtype=np.int64)
+            block = torch.ones((1, 1), dtype=torch.bool, device=device)
+        q = len(tokens)
+        past = kv.length
+        capacity = kv.cache.layers[0].max_cache_len
+        if past + q > capacity:
+            raise ValueError(f"the cache of {capacity} positions is full ({past} cached, "
+                             f"a step of {q}); build the engine with a larger "
+                             "max_new_tokens or capacity")
+        ids = torch.from_numpy(tokens.astype(np.int64)).to(device)[None]
+        positions = torch.from_numpy(depths.astype(np.int64) + past).to(device)[None]
+        visible = (self._columns < past).expand(q, capacity).clone()
+        visible[:, past:past + q] = block
+        if self.bool_mask:
+            mask = visible[None, None]
+        else:
+            mask = torch.zeros((1, 1, q, capacity), dtype=self.model.dtype, device=device)
+            mask.masked_fill_(~visible, torch.finfo(self.model.dtype).min)
+        return StepInputs(ids, positions, mask, "stock", False, n, [last, *tree.tokens.tolist()])
+
+    def _bucket(self, n: int) -> int:
+        """The padded node count of an ``n``-node tree: its bucket, or ``n`` itself when
+        it exceeds the largest bucket (a shape of its own, run eagerly)."""
+        if n > max(self.buckets):
+            return n
+        return bucket_for(n, self.buckets)
+
+    @torch.inference_mode()
+    def run(self, kv: KV, inputs: StepInputs) -> torch.Tensor:
+        """Logits (1 + N, V) of the real rows; all Q rows' keys and values are written at
+        ``kv.length ..`` in the cache (the padding's are never visible and get overwritten)."""
+        q = inputs.ids.shape[1]
+        oversized = q - 1 > max(self.buckets)
+        if self._compiled_fn is not None and not oversized:
+            logits = self._compiled_fn(inputs.ids, inputs.positions, inputs.mask, kv.cache)
+            if self._cudagraphs:  # the graph's output buffer is reused by the next replay
+                logits = logits.clone()
+        else:
+            logits = self._forward(inputs.ids, inputs.positions, inputs.mask, kv.cache)
+        return logits[: 1 + inputs.drafted]
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                 cache) -> torch.Tensor:
+        out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                         **{self._keyword: cache}, use_cache=True)
+        return out.logits[0]
+
+    @torch.inference_mode()
+    def commit(self, kv: KV, inputs: StepInputs, path: list[int]) -> None:
+        """Move the rows of ``last`` and the accepted ``path`` (query rows, 1-based) to
+        ``kv.length ..`` in every layer, then set every layer's length past them."""
+        past, m = kv.length, len(path)
+        layers = kv.cache.layers
+        if path != list(range(1, m + 1)):  # else the rows are in place already
+            rows = torch.tensor([0, *path], device=layers[0].keys.device) + past
+            for layer in layers:
+                # gather (a copy) first, then write: source and target rows may overlap
+                layer.keys[:, :, past:past + m + 1] = layer.keys.index_select(2, rows)
+                layer.values[:, :, past:past + m + 1] = layer.values.index_select(2, rows)
+        length = past + 1 + m
+        for layer in layers:
+            layer.cumulative_length.fill_(length)
+        kv.length = length
+        kv.ids.append(inputs.tokens[0])
+        kv.ids.extend(inputs.tokens[i] for i in path)
+
+
+def _round_up(n: int, step: int = CAPACITY_STEP) -> int:
+    return -(-n // step) * step
+
+
+_STATIC: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_STATIC_GUARD = threading.Lock()
+
+
+def static_engine_for(model: torch.nn.Module, compiled: bool = False) -> StaticEngine:
+    """The one static engine of ``model`` per ``compiled`` (eager or compiled): generators
+    sharing it share its lock, cache and compiled graphs."""
+    with _STATIC_GUARD:
+        engines = _STATIC.setdefault(model, {})
+        engine = engines.get(compiled)
+        if engine is None:
+            engine = engines[compiled] = StaticEngine(model, threading.Lock(), compiled=compiled)
+        return engine

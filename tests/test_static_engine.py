@@ -1,0 +1,220 @@
+"""The static engine: a preallocated cache, trees padded to fixed sizes, eager or compiled.
+
+Greedy answers equal plain ``generate``'s on the packaged model (eager); on tiny random
+Llama and Qwen2 models the compiled engine's answers equal the eager one's, with no
+recompilation once every step shape has been compiled; the cache is never moved.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+from data_files import read_jsonl
+from model_families import FAMILIES, SIZE, build, drafting_documents, random_prompt, word_tokenizer
+
+from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.drafting import DraftTree
+from ngram_trie_rag.engine import Engine, LatencyCurve
+from ngram_trie_rag.engine.static_engine import StaticEngine, static_engine_for
+from ngram_trie_rag.reference import greedy_reference
+
+MAX_NEW = 64
+SMALL_NEW = 24
+SMALL_BUCKETS = (4, 8)
+FLAT = LatencyCurve({q: 0.01 for q in (1, 2, 3, 5, 9, 17, 33)}, {}, pack_single=False)
+NO_COMPILER = shutil.which("g++") is None and shutil.which("cc") is None
+
+
+def _static_generator(model, tokenizer, engine: StaticEngine) -> SpeculativeGenerator:
+    return SpeculativeGenerator(model, tokenizer, engine=engine)
+
+
+# ---- the packaged model, eager ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def static_generator(generator):
+    """A generator over the session's model (fp32) running the eager static engine, with
+    the model's measured latency curve."""
+    engine = StaticEngine(generator.model, compiled=False, curve=generator.engine.curve)
+    return _static_generator(generator.model, generator.tokenizer, engine)
+
+
+def _rag_prompts() -> list[list[dict]]:
+    return [[{"role": "user", "content": row["turns"][0]}]
+            for row in read_jsonl("spec_bench/rag.jsonl", 3)]
+
+
+_REFERENCE: dict[tuple[int, ...], list[int]] = {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["trie", "chain"])
+def test_packaged_model_greedy_equals_generate(generator, static_generator, method) -> None:
+    for messages in _rag_prompts():
+        ids = generator.encode_prompt(messages)
+        key = tuple(ids)
+        if key not in _REFERENCE:
+            _REFERENCE[key] = greedy_reference(generator.model, ids, MAX_NEW)
+        result = static_generator.generate(messages, max_new_tokens=MAX_NEW, method=method)
+        assert result.token_ids == _REFERENCE[key]
+        assert sum(result.stats.accept_lengths) + 1 == len(result.token_ids)
+
+
+# ---- tiny models ------------------------------------------------------------------------
+
+def _tiny(name: str, attention: str = "sdpa") -> torch.nn.Module:
+    """A tiny random ``"llama"`` (default RoPE) or model of a family in FAMILIES."""
+    if name == "llama":
+        model = build(tf.LlamaConfig(**SIZE), tf.LlamaForCausalLM)
+    else:
+        model = build(FAMILIES[name])
+    model.set_attn_implementation(attention)
+    return model
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_eager_static_equals_generate_on_tiny_llama(attention: str) -> None:
+    """Bool masks (SDPA) and additive masks (eager attention) both verify trees exactly."""
+    model = _tiny("llama", attention)
+    engine = StaticEngine(model, compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
+    gen = _static_generator(model, word_tokenizer(), engine)
+    for seed in (1, 2):
+        ids = random_prompt(48, seed=seed)
+        expected = greedy_reference(model, ids, SMALL_NEW)
+        docs = drafting_documents(expected, seed=seed)
+        for method, num_draft in (("trie", 8), ("chain", 3), ("none", None)):
+            result = gen.generate(ids, documents=docs, max_new_tokens=SMALL_NEW,
+                                  method=method, num_draft=num_draft)
+            assert result.token_ids == expected, (method, seed)
+        assert max(result.stats.accept_lengths) >= 1
+
+
+def test_cache_is_never_reallocated() -> None:
+    model = _tiny("llama")
+    engine = StaticEngine(model, compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
+    ids = random_prompt(30, seed=3)
+    kv, logits = engine.prefill(ids)
+    assert logits.shape == (model.config.vocab_size,)
+    layer = kv.cache.layers[0]
+    pointer, capacity = layer.keys.data_ptr(), layer.max_cache_len
+    assert capacity >= len(ids) + 1024 + max(SMALL_BUCKETS) + 1
+    last = int(logits.argmax())
+    tree = DraftTree(np.array([5, 6, 7, 8, 9]), np.array([-1, 0, 1, -1, 3]),
+                     np.array([1, 2, 3, 1, 2]))
+    for path in ([1, 2], [4, 5], [], [1, 2, 3]):
+        inputs = engine.prepare(kv, last, tree)
+        assert inputs.ids.shape == (1, 1 + 8)  # padded to its bucket
+        assert inputs.mask.shape == (1, 1, 9, capacity)
+        out = engine.run(kv, inputs)
+        assert out.shape == (1 + len(tree), model.config.vocab_size)  # real rows only
+        before = kv.length
+        engine.commit(kv, inputs, path)
+        assert kv.length == before + 1 + len(path) == len(kv.ids)
+        assert all(int(lay.cumulative_length) == kv.length for lay in kv.cache.layers)
+        plain = engine.prepare(kv, last, DraftTree.empty())
+        engine.run(kv, plain)
+        engine.commit(kv, plain, [])
+    assert layer.keys.data_ptr() == pointer and kv.cache.layers[0] is layer
+    # the next request of a similar size reuses the same buffers
+    kv2, _ = engine.prefill(random_prompt(40, seed=4))
+    assert kv2.cache.layers[0].keys.data_ptr() == pointer and kv2.length == 40
+
+
+def test_compaction_matches_the_base_engine() -> None:
+    """After a tree step and its commit, the next step's logits equal the base engine's."""
+    model = _tiny("llama")
+    static = StaticEngine(model, compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
+    base = Engine(model, curve=FLAT)
+    ids = random_prompt(25, seed=5)
+    tree = DraftTree(np.array([11, 12, 13, 14]), np.array([-1, 0, -1, 2]),
+                     np.array([1, 2, 1, 2]))
+    results = []
+    for engine in (static, base):
+        with torch.inference_mode():
+            kv, logits = engine.prefill(ids)
+            inputs = engine.prepare(kv, 7, tree)
+            step = engine.run(kv, inputs)
+            engine.commit(kv, inputs, [3, 4])
+            nxt = engine.prepare(kv, 20, DraftTree.empty())
+            results.append((logits, step, engine.run(kv, nxt)))
+    for ours, theirs in zip(results[0], results[1], strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["mistral-window", "qwen2-window", "gemma3"])
+def test_refuses_attention_windows(name: str) -> None:
+    with pytest.raises(ValueError, match="sliding or chunked"):
+        StaticEngine(build(FAMILIES[name]), compiled=False)
+
+
+def test_refuses_rope_that_recomputes() -> None:
+    config = tf.LlamaConfig(**{**SIZE, "max_position_embeddings": 256,
+                               "rope_parameters": {"rope_type": "dynamic", "factor": 2.0,
+                                                   "rope_theta": 10000.0}})
+    with pytest.raises(ValueError, match="rotary"):
+        StaticEngine(build(config, tf.LlamaForCausalLM), compiled=False)
+
+
+def test_static_engine_for_is_cached_per_model() -> None:
+    model = _tiny("llama")
+    assert static_engine_for(model) is static_engine_for(model)
+    assert static_engine_for(model).prefixes.enabled is False
+
+
+# ---- compiled ---------------------------------------------------------------------------
+
+def _warm_up(engine: StaticEngine) -> None:
+    """Compile every step shape: the plain step and each bucket."""
+    kv, logits = engine.prefill(random_prompt(20, seed=9))
+    last = int(logits.argmax())
+    for size in (0, *engine.buckets):
+        tree = DraftTree(np.arange(2, 2 + size), np.arange(-1, size - 1),
+                         np.arange(1, size + 1))  # a chain of `size` nodes
+        inputs = engine.prepare(kv, last, tree)
+        engine.run(kv, inputs)
+        engine.commit(kv, inputs, [])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_COMPILER, reason="torch.compile on a CPU needs a C++ compiler")
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_compiled_equals_eager_without_recompiles(name: str) -> None:
+    model = _tiny(name)
+    eager = StaticEngine(model, compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
+    compiled = StaticEngine(model, compiled=True, buckets=SMALL_BUCKETS, curve=FLAT)
+    eager_gen = _static_generator(model, word_tokenizer(), eager)
+    compiled_gen = _static_generator(model, word_tokenizer(), compiled)
+    _warm_up(compiled)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for seed in (1, 2):
+            ids = random_prompt(40, seed=seed)
+            plain = eager_gen.generate(ids, max_new_tokens=SMALL_NEW, method="none").token_ids
+            docs = drafting_documents(plain, seed=seed)
+            for method, num_draft in (("none", None), ("chain", 3), ("trie", 8)):
+                result = compiled_gen.generate(ids, documents=docs, max_new_tokens=SMALL_NEW,
+                                               method=method, num_draft=num_draft)
+                assert result.token_ids == plain, (method, seed)
+            assert max(result.stats.accept_lengths) > 1  # trees were verified
+
+
+# ---- choosing an engine by name -------------------------------------------------------
+
+def test_engines_by_name_and_bad_names_refused() -> None:
+    from ngram_trie_rag.bench.config import BenchConfig
+    from ngram_trie_rag.engine.choice import make_engine
+
+    model = _tiny("llama")
+    assert type(make_engine(model, "eager")) is Engine
+    assert make_engine(model, "auto") is make_engine(model, "eager")
+    static = make_engine(model, "static")
+    assert isinstance(static, StaticEngine) and not static.compiled
+    with pytest.raises(ValueError, match="engine must be one of"):
+        make_engine(model, "fast")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        SpeculativeGenerator.from_pretrained(engine="graphs")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        BenchConfig(data="x.jsonl", engine="graphs")
