@@ -153,3 +153,48 @@ def test_the_engine_governs_only_its_own_forwards(generator) -> None:
     assert torch.get_num_threads() == 2
     assert engine.governor is not None and engine.governor.options == [2, 1]
     assert sum(result.stats.threads_used.values()) == result.stats.steps
+
+
+def test_a_process_that_starts_on_a_busy_host_switches_within_one_answer() -> None:
+    """Two threads at three times the curve from the first step: one thread is probed
+    after a few steps, not after FIRST_INTERVAL, and taken."""
+    gov = ThreadGovernor(2)
+    for _ in range(12):
+        n = gov.threads_for_step()
+        gov.observe(n, 3.0 if n == 2 else 1.2)
+    assert gov.current == 1 and gov.switches == 1
+
+
+def test_a_lost_probe_accepts_the_level_and_does_not_probe_again_at_once() -> None:
+    """Slower than the curve, but fewer threads are slower still: one probe, then the
+    count stays without probing every few steps."""
+    gov = ThreadGovernor(2)
+    probes = 0
+    for _ in range(30):
+        n = gov.threads_for_step()
+        probes += n == 1
+        gov.observe(n, 1.6 if n == 2 else 2.5)
+    assert gov.current == 2 and probes == 3  # one probe of PROBE_STEPS steps
+
+
+def test_free_cores_sees_other_runnable_processes() -> None:
+    """Two spinning processes on the host: at most one core is free of them (with more
+    cores than that the count can only be higher, never above what was given)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from ngram_trie_rag.engine.thread_governor import free_cores
+
+    assert free_cores(1) == 1
+    cores = len(os.sched_getaffinity(0))
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.5)
+        free = free_cores(cores)
+        assert 1 <= free <= max(1, cores - 2)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()

@@ -31,7 +31,7 @@ from .linear_layout import Layout
 from .prefix_reuse import PrefixKeeper
 from .rope_limits import UNLIMITED, rope_limit
 from .support import check_supported
-from .thread_governor import ThreadGovernor, intra_op_threads
+from .thread_governor import ThreadGovernor, free_cores, intra_op_threads
 from .tree_attention import tree_inputs
 
 
@@ -205,7 +205,11 @@ class Engine:
         given = torch.get_num_threads()
         if self._governor is None or self._governor.threads != given:
             self._governor = ThreadGovernor(given)
-        return self._governor.threads_for_step() if probe else self._governor.current
+        governor = self._governor
+        if not governor.mean and governor.active:  # nothing timed yet: look at the host
+            free = free_cores(given)
+            governor.current = max(n for n in governor.options if n <= free)
+        return governor.threads_for_step() if probe else governor.current
 
     @property
     def governor(self) -> ThreadGovernor | None:
