@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+import torch
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.commands.cli import main
@@ -165,3 +166,13 @@ def test_a_slow_wait_is_announced_and_a_quick_one_is_not(capsys) -> None:
         else:
             pytest.fail("no notice")
     assert "never said" not in capsys.readouterr().err
+
+
+def test_the_host_key_names_the_libraries_and_no_gpu_on_the_cpu_suite() -> None:
+    import transformers
+
+    from ngram_trie_rag.engine.curve_cache import host
+
+    key = host()
+    assert torch.__version__ in key and transformers.__version__ in key
+    assert not torch.cuda.is_available() and len(key) == 6  # CUDA is hidden here

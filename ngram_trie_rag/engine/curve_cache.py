@@ -182,9 +182,34 @@ def notice_after(seconds: float, message: str) -> Iterator[None]:
 
 
 def host() -> list:
-    """What the timings depend on besides the model: machine, CPU, cores, torch build."""
+    """What the timings depend on besides the model: machine, CPU, cores, the torch and
+    transformers builds, and each visible GPU's name with the CUDA build and driver
+    (a curve timed on one GPU says nothing of another, or of a new driver)."""
+    import transformers
+
     return [platform.machine(), platform.processor() or _cpu_model(), os.cpu_count(),
-            torch.__version__, torch.backends.mkldnn.is_available()]
+            torch.__version__, torch.backends.mkldnn.is_available(),
+            transformers.__version__, *_gpus()]
+
+
+def _gpus() -> list:
+    """Name and driver of each visible CUDA device, and torch's CUDA version ([] without)."""
+    if not torch.cuda.is_available():
+        return []
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return [*names, torch.version.cuda, _nvidia_driver()]
+
+
+def _nvidia_driver() -> str | None:
+    """The NVIDIA driver's version, as the kernel module reports it."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    for word in text.split():
+        if word.count(".") >= 1 and word.replace(".", "").isdigit():
+            return word
+    return None
 
 
 def path_for(key: tuple, folder: Path | None = None) -> Path:
