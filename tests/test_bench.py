@@ -547,3 +547,18 @@ def test_structured_task_compares_with_constrained_plain_greedy(
     assert "grammar cited-json" in bench_table(doc)
     with pytest.raises(ValueError, match="cannot decode under a grammar"):
         BenchConfig(data=str(HAGRID), methods=("vanilla", "trie"), grammar="cited-json")
+
+
+@needs_data
+def test_hf_static_is_generate_over_a_static_cache_and_only_runs_when_named(
+        gen: SpeculativeGenerator) -> None:
+    """The static-cache baseline gives generate's tokens (eager on a CPU) and is left out
+    of the default methods."""
+    from ngram_trie_rag.bench.methods import make_runners
+
+    assert "hf-static" not in BenchConfig(data=str(RAG)).methods
+    assert BenchConfig(data=str(RAG), methods="hf-static").methods == ("vanilla", "hf-static")
+    runners = make_runners(gen, ("vanilla", "hf-static"), None, 10, 3)
+    ids = encode_item(gen, load_items(RAG, limit=1)[0])
+    reference = runners["vanilla"](ids, None, 16, 0.0).token_ids
+    assert runners["hf-static"](ids, None, 16, 0.0).token_ids == reference

@@ -10,11 +10,15 @@ from ..repetition import check_repetition_stop
 #: ``plain`` is this library's engine with drafting off, so that a speed-up splits into
 #: what the engine's forwards gain and what speculation gains.
 METHODS = ("vanilla", "hf-pld", "plain", "chain", "trie")
+#: Named, never run by default: ``hf-static`` is ``generate`` over a static cache, which
+#: Transformers compiles on a GPU (its fastest greedy configuration there); on a CPU it
+#: runs eagerly and only costs time.
+OPT_IN_METHODS = ("hf-static",)
 REFERENCE = "vanilla"
 #: Under a grammar the reference is constrained plain greedy in the same engine (one
 #: token a step, same masks); ``vanilla`` and ``hf-pld`` decode unconstrained.
 CONSTRAINED_REFERENCE = "plain"
-UNCONSTRAINED_ONLY = ("vanilla", "hf-pld")
+UNCONSTRAINED_ONLY = ("vanilla", "hf-pld", "hf-static")
 CONSTRAINED_METHODS = ("plain", "chain", "trie")
 #: Drafters that also run with a pinned budget, named ``<drafter>@K`` (e.g. ``trie@8``:
 #: the tree drafter verifying up to 8 nodes every step instead of its adaptive budget),
@@ -135,9 +139,10 @@ def normalise_methods(methods: str | tuple[str, ...] | list[str],
     """Validate, dedupe, and put the reference first (speed-ups and exactness need it)."""
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods)
     names = [m for m in names if m]
-    unknown = [m for m in names if m not in METHODS and pinned_budget(m) is None]
+    known = (*METHODS, *OPT_IN_METHODS)
+    unknown = [m for m in names if m not in known and pinned_budget(m) is None]
     if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS)}, "
+        raise ValueError(f"unknown method(s) {unknown}; choose from {list(known)}, "
                          f"or {' / '.join(f'{d}@K' for d in PINNABLE)} for a budget pinned "
                          "at K >= 1 nodes")
     return tuple(dict.fromkeys([reference, *names]))

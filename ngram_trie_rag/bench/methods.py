@@ -5,14 +5,14 @@ decode-only rate exists for every method:
 
 - ``plain`` / ``chain`` / ``trie``: the generator's own ``stats.prefill_s`` (its first
   forward).
-- ``vanilla`` / ``hf-pld``: ``generate`` does not expose its prefill, so the caller
+- ``vanilla`` / ``hf-pld`` / ``hf-static``: ``generate`` does not expose its prefill, so the caller
   measures one separate ``model(input_ids)`` forward per prompt (:func:`measure_prefill`)
   and passes it in; ``decode_s = total_s - prefill_s``.
 
 Accept lengths (tokens committed per verification forward, bonus token included; the
 first forward, the prefill, is not a step):
 
-- ``vanilla``: one token per forward by construction.
+- ``vanilla`` / ``hf-static``: one token per forward by construction.
 - ``hf-pld``: read from the tokens ``generate`` hands its streamer after every forward.
   Its first forward processes the prompt and may already verify a draft; that forward is
   counted as prefill, like the generator's, and its tokens are left out of the steps.
@@ -168,6 +168,19 @@ def run_hf_pld(gen: SpeculativeGenerator, prompt_ids: list[int], max_new_tokens:
     return Run(tokens, total, prefill_s, sizes[1:] if counted else None, extra=extra)
 
 
+def run_hf_static(gen: SpeculativeGenerator, prompt_ids: list[int], max_new_tokens: int,
+                  prefill_s: float, repetition_stop: int | None = None) -> Run:
+    """``generate`` over a static cache (``cache_implementation="static"``): on a GPU
+    Transformers compiles its decoding step, its fastest greedy configuration. The
+    cache only grows across calls (Transformers keeps the longest length), so a longer
+    prompt than any before may compile once more; the warm-up round takes the first."""
+    tokens, total, cut = _hf_generate(gen, prompt_ids, max_new_tokens,
+                                      repetition_stop=repetition_stop,
+                                      cache_implementation="static")
+    return Run(tokens, total, prefill_s, [1] * max(len(tokens) - 1, 0),
+               extra={"repetition_cut": cut})
+
+
 def run_core(gen: SpeculativeGenerator, prompt_ids: list[int], documents: list[str] | None,
              max_new_tokens: int, method: str, num_draft: int | None = None,
              grammar: Grammar | None = None, repetition_stop: int | None = None) -> Run:
@@ -213,6 +226,7 @@ def make_runners(gen: SpeculativeGenerator, names: Sequence[str], num_draft: int
     g = grammar  # under a grammar every core method decodes constrained
     known: dict[str, Runner] = {
         "vanilla": lambda ids, docs, new, pre: run_vanilla(gen, ids, new, pre, r),
+        "hf-static": lambda ids, docs, new, pre: run_hf_static(gen, ids, new, pre, r),
         "hf-pld": lambda ids, docs, new, pre: run_hf_pld(gen, ids, new, pre, pld_num_tokens,
                                                          pld_max_ngram, r),
         "plain": lambda ids, docs, new, pre: run_core(own["plain"], ids, docs, new, "none",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 COLORS = {"vanilla": "#7f7f7f", "hf-pld": "#1f77b4", "plain": "#9467bd", "chain": "#ff7f0e",
-          "trie": "#2ca02c"}
+          "trie": "#2ca02c", "hf-static": "#17becf"}
 
 
 def _pyplot():

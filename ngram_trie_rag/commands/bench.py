@@ -61,7 +61,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help=f"comma-separated subset of {','.join(METHODS)} (default: all; "
                             "under --grammar: plain,chain,trie), and "
                             "trie@K / chain@K for a drafter with K nodes pinned per step "
-                            "(vanilla always runs: it is the reference)")
+                            "(vanilla always runs: it is the reference); hf-static "
+                            "(generate over a static cache, compiled by Transformers on a "
+                            "GPU) runs only when named")
     bench.add_argument("--n", type=int, default=13, metavar="N",
                        help="trie window n (default: %(default)s)")
     bench.add_argument("--prefix-len", type=int, default=3, metavar="L",
