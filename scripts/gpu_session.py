@@ -18,6 +18,9 @@ Parts:
 - ``static``: :mod:`ngram_trie_rag.bench.static_step`, the fixed-shape compiled tree
   step against the eager one over a static cache, bf16 on CUDA (``static.json``,
   ``static.md``), within ``--deadline`` seconds of the script's start.
+- ``tests``: the tests marked ``gpu`` (``make test-gpu``), with ``--gguf``'s weights when
+  given (``tests.txt``).
+- ``report``: every result in ``OUT`` gathered into ``report.md`` and ``report.json``.
 - ``bench``: the packaged model's GGUF, fp32 (exactness: ``vanilla``, ``chain``,
   ``trie``) then bf16 (every method) on Spec-Bench RAG (``fp32.json``, ``bf16.json``).
 
@@ -222,6 +225,45 @@ def _bench(result: Path, model: Path, data: Path, device: torch.device, dtype: s
     print(f"{result.name}: exit {code}, {time.perf_counter() - start:.1f} s", flush=True)
 
 
+def gpu_tests(out: Path, model: Path | None) -> None:
+    """The tests marked ``gpu`` (what ``make test-gpu`` runs), with ``model`` (the GGUF)
+    instead of the packaged model when given; pytest's report in ``tests.txt``. Where
+    there is no CUDA every test skips with its reason."""
+    import subprocess
+
+    env = {**os.environ, "NGRAM_TRIE_RAG_TEST_GPU": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                      os.environ.get("PYTHONPATH")]))}
+    if model is not None:
+        env["NGRAM_TRIE_RAG_TEST_MODEL"] = str(model)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-rs", "-m", "gpu", str(ROOT / "tests" / "gpu")],
+                          env=env, capture_output=True, text=True, cwd=ROOT)
+    (out / "tests.txt").write_text(done.stdout + done.stderr)
+    print(done.stdout[-3000:], flush=True)
+    if done.returncode not in (0, 5):  # 5: nothing collected to run
+        raise RuntimeError(f"gpu tests failed (exit {done.returncode}): see tests.txt")
+
+
+def report(out: Path) -> None:
+    """One report of every part's results in ``out``: ``report.md`` (each part's table
+    or text, in order) and ``report.json`` (each part's JSON)."""
+    order = ["env", "tests", "static", "curve", "smoke", "compiled", "profile", "fp32", "bf16"]
+    found = sorted({f.stem for f in out.iterdir() if f.suffix in (".json", ".md", ".txt")}
+                   - {"report"}, key=lambda n: (order.index(n) if n in order else 99, n))
+    sections, data = [f"# GPU session: {out.name}"], {}
+    for name in found:
+        body = [f.read_text() for f in (out / f"{name}.md", out / f"{name}.txt") if f.is_file()]
+        js = out / f"{name}.json"
+        if js.is_file():
+            data[name] = json.loads(js.read_text())
+            if not body:
+                body = ["```json\n" + js.read_text()[:4000] + "\n```"]
+        sections.append(f"## {name}\n\n" + "\n".join(body).strip())
+    (out / "report.md").write_text("\n\n".join(sections) + "\n")
+    (out / "report.json").write_text(json.dumps(data, indent=1))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
@@ -257,6 +299,10 @@ def main() -> None:
                          random_folder(args.meta, args.quick), args.data)
             elif part == "static":
                 static(args.out, device, args.quick, args.deadline, args.static_runs)
+            elif part == "report":
+                report(args.out)
+            elif part == "tests":
+                gpu_tests(args.out, args.gguf)
             elif part == "bench":
                 bench(args.out, device, args.quick, args.gguf, args.data)
             else:
