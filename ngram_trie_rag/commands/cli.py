@@ -28,9 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     # Imported when the parser is built, not with this module: the subcommands pull in
     # the benchmark harness (torch).
-    from . import ask, bench, bench_serve, calibrate, demo, index, serve
+    from . import ask, bench, bench_serve, calibrate, cost_curve, demo, index, serve
 
-    for command in (demo, ask, index, calibrate, bench, bench_serve, serve):  # --help order
+    for command in (demo, ask, index, calibrate, bench, cost_curve, bench_serve,
+                    serve):  # --help order
         command.add_parser(sub)
     return parser
 
