@@ -244,7 +244,7 @@ class SpeculativeGenerator:
 
     def _prefill(self, req: _Request, ids: list[int]) -> Step:
         start = time.perf_counter()
-        req.kv, logits = self.engine.prefill(ids)
+        req.kv, logits = self.engine.prefill(ids, req.limit)
         req.stats.prefix_reused = req.kv.reused
         if req.constraint is not None:
             logits = req.constraint.apply(logits.unsqueeze(0), req.constraint.bitmasks(

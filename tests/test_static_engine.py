@@ -218,3 +218,12 @@ def test_engines_by_name_and_bad_names_refused() -> None:
         SpeculativeGenerator.from_pretrained(engine="graphs")
     with pytest.raises(ValueError, match="engine must be one of"):
         BenchConfig(data="x.jsonl", engine="graphs")
+
+
+def test_compiled_without_a_cpp_compiler_runs_eagerly_and_says_so(monkeypatch, capsys) -> None:
+    from ngram_trie_rag.engine import static_engine
+
+    monkeypatch.setattr(static_engine, "_cpp_compiler", lambda: None)
+    engine = StaticEngine(_tiny("llama"), compiled=True)
+    assert not engine.compiled and engine._compiled_fn is None
+    assert "no C++ compiler" in capsys.readouterr().err

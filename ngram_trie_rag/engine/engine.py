@@ -141,10 +141,12 @@ class Engine:
         if refined is not None:
             self._curve = refined
 
-    def prefill(self, ids: list[int]) -> tuple[KV, torch.Tensor]:
+    def prefill(self, ids: list[int], new_tokens: int | None = None) -> tuple[KV, torch.Tensor]:
         """Cache the prompt: its KV and the logits (V,) after its last token. The rows
         it shares with the previous request's sequence are reused, not computed again
-        (``kv.reused`` of them; see :mod:`~ngram_trie_rag.engine.prefix_reuse`)."""
+        (``kv.reused`` of them; see :mod:`~ngram_trie_rag.engine.prefix_reuse`).
+        ``new_tokens``: the most the request may add (a preallocating engine sizes its
+        cache by it; this one grows as it goes)."""
         kv, start = self.prefixes.take(ids)
         if kv is None:
             kv = KV(new_cache(), 0, [])

@@ -32,6 +32,7 @@ Anything else raises ValueError when the engine is built.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from typing import Any
@@ -111,6 +112,10 @@ class StaticEngine(Engine):
         self.buckets = tuple(sorted(set(buckets)))
         self.capacity = capacity
         self.max_new_tokens = max_new_tokens
+        if compiled and model.device.type == "cpu" and not _cpp_compiler():
+            print("ngram-trie-rag: no C++ compiler on this host, which torch.compile needs on "
+                  "a CPU: the static engine runs its steps eagerly", file=sys.stderr)
+            compiled = False
         self.compiled = compiled
         self.bool_mask = attention in _BOOL_MASK_ATTENTION
         self._keyword = next(iter(cache_kwargs(model, None)))  # "cache" or "past_key_values"
@@ -135,10 +140,12 @@ class StaticEngine(Engine):
         budget still learns from the real steps it runs."""
 
     # ---- the cache --------------------------------------------------------------------
-    def needed_capacity(self, prompt_len: int) -> int:
-        """Positions a request with a ``prompt_len``-token prompt may fill."""
+    def needed_capacity(self, prompt_len: int, new_tokens: int | None = None) -> int:
+        """Positions a request with a ``prompt_len``-token prompt may fill, adding at most
+        ``new_tokens`` (None: the engine's ``max_new_tokens``)."""
         window = int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
-        new = max(1, min(self.max_new_tokens, window - prompt_len))
+        limit = self.max_new_tokens if new_tokens is None else new_tokens
+        new = max(1, min(limit, window - prompt_len))
         return prompt_len + new + max(self.buckets) + 1
 
     def _cache_for(self, capacity: int):
@@ -159,12 +166,15 @@ class StaticEngine(Engine):
 
     # ---- the steps --------------------------------------------------------------------
     @torch.inference_mode()
-    def prefill(self, ids: list[int], capacity: int | None = None) -> tuple[KV, torch.Tensor]:
+    def prefill(self, ids: list[int], new_tokens: int | None = None,
+                capacity: int | None = None) -> tuple[KV, torch.Tensor]:
         """Cache the prompt (eagerly) in a cache of ``capacity`` positions (None: the
-        engine's ``capacity``, else sized for the prompt; see the module's notes); the
-        logits (V,) after its last token."""
+        engine's ``capacity``, else sized for the prompt and ``new_tokens``, the most the
+        request may add, or the engine's ``max_new_tokens``; see the module's notes); the
+        logits (V,) after its last token. Every step attends over the whole cache, so a
+        cache sized to the request is a faster one."""
         if capacity is None:
-            capacity = self.capacity or _round_up(self.needed_capacity(len(ids)))
+            capacity = self.capacity or _round_up(self.needed_capacity(len(ids), new_tokens))
         if len(ids) + 2 + max(self.buckets) > capacity:
             raise ValueError(f"a prompt of {len(ids)} tokens needs a cache of more than "
                              f"{capacity} positions")
@@ -255,6 +265,15 @@ class StaticEngine(Engine):
         kv.length = length
         kv.ids.append(inputs.tokens[0])
         kv.ids.extend(inputs.tokens[i] for i in path)
+
+
+def _cpp_compiler() -> str | None:
+    """The C++ compiler Inductor would build CPU kernels with ($CXX, else a usual name)."""
+    import os
+    import shutil
+
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else []
+    return next((p for n in [*names, "g++", "c++", "clang++"] if (p := shutil.which(n))), None)
 
 
 def _round_up(n: int, step: int = CAPACITY_STEP) -> int:
