@@ -29,6 +29,8 @@ PARTS=env,tests,static
 EXTRA=()
 if [ -n "$META" ]; then PARTS=$PARTS,smoke,compiled; EXTRA+=(--meta "$META"); fi
 if [ -n "$GGUF" ]; then PARTS=$PARTS,bench; EXTRA+=(--gguf "$GGUF"); fi
+# at tiny sizes one compiled shape is enough to run the code (each costs ~20 s on a CPU)
+if [ -n "$QUICK" ]; then EXTRA+=(--static-runs "tiny-llama:32:4"); fi
 "${PYTHON:-python3}" "$HERE/scripts/gpu_session.py" --out "$OUT" --device "$DEVICE" $QUICK \
   --parts "$PARTS,report" --deadline "$DEADLINE" ${EXTRA[@]+"${EXTRA[@]}"}
 echo "report: $OUT/report.md"

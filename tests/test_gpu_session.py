@@ -20,7 +20,7 @@ def test_gpu_session_runs_every_random_weight_part_on_the_cpu(tmp_path: Path) ->
     env = {**os.environ, "TMPDIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gpu_session.py"), "--out", str(out),
-         "--device", "cpu", "--quick", "--parts", "env,curve,smoke,compiled,tests",
+         "--device", "cpu", "--quick", "--parts", "env,curve,smoke,compiled",
          "--meta", str(default_model_dir()), "--data", str(DATA)],
         env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -30,7 +30,6 @@ def test_gpu_session_runs_every_random_weight_part_on_the_cpu(tmp_path: Path) ->
     smoke = json.loads((out / "smoke.json").read_text())["methods"]
     assert smoke["chain"]["exact_match_rate"] == smoke["trie"]["exact_match_rate"] == 1.0
     assert set(json.loads((out / "compiled.json").read_text())) >= {"dynamic", "static-2nd"}
-    assert "skipped" in (out / "tests.txt").read_text()  # no CUDA: each test says why
 
 
 def test_the_one_command_runs_on_the_cpu_and_writes_one_report(tmp_path: Path) -> None:
@@ -48,3 +47,4 @@ def test_the_one_command_runs_on_the_cpu_and_writes_one_report(tmp_path: Path) -
     report = (out / "report.md").read_text()
     assert "## env" in report and "## tests" in report and "## static" in report
     assert set(json.loads((out / "report.json").read_text())) >= {"env", "static"}
+    assert "skipped" in (out / "tests.txt").read_text()  # no CUDA: each test says why

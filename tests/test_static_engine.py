@@ -43,9 +43,9 @@ def static_generator(generator):
     return _static_generator(generator.model, generator.tokenizer, engine)
 
 
-def _rag_prompts() -> list[list[dict]]:
+def _rag_prompts(count: int) -> list[list[dict]]:
     return [[{"role": "user", "content": row["turns"][0]}]
-            for row in read_jsonl("spec_bench/rag.jsonl", 3)]
+            for row in read_jsonl("spec_bench/rag.jsonl", count)]
 
 
 _REFERENCE: dict[tuple[int, ...], list[int]] = {}
@@ -54,7 +54,7 @@ _REFERENCE: dict[tuple[int, ...], list[int]] = {}
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["trie", "chain"])
 def test_packaged_model_greedy_equals_generate(generator, static_generator, method) -> None:
-    for messages in _rag_prompts():
+    for messages in _rag_prompts(2 if method == "trie" else 1):
         ids = generator.encode_prompt(messages)
         key = tuple(ids)
         if key not in _REFERENCE:
@@ -181,11 +181,12 @@ def _warm_up(engine: StaticEngine) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(NO_COMPILER, reason="torch.compile on a CPU needs a C++ compiler")
-@pytest.mark.parametrize("name", ["llama", "qwen2"])
-def test_compiled_equals_eager_without_recompiles(name: str) -> None:
-    model = _tiny(name)
-    eager = StaticEngine(model, compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
-    compiled = StaticEngine(model, compiled=True, buckets=SMALL_BUCKETS, curve=FLAT)
+def test_compiled_equals_eager_without_recompiles() -> None:
+    """A non-Llama family (Qwen2) through one compiled bucket and the plain step: two
+    graphs, each compiled once (a minute of the suite; more buckets cost more of it)."""
+    model = _tiny("qwen2")
+    eager = StaticEngine(model, compiled=False, buckets=(4,), curve=FLAT)
+    compiled = StaticEngine(model, compiled=True, buckets=(4,), curve=FLAT)
     eager_gen = _static_generator(model, word_tokenizer(), eager)
     compiled_gen = _static_generator(model, word_tokenizer(), compiled)
     _warm_up(compiled)
@@ -194,7 +195,7 @@ def test_compiled_equals_eager_without_recompiles(name: str) -> None:
             ids = random_prompt(40, seed=seed)
             plain = eager_gen.generate(ids, max_new_tokens=SMALL_NEW, method="none").token_ids
             docs = drafting_documents(plain, seed=seed)
-            for method, num_draft in (("none", None), ("chain", 3), ("trie", 8)):
+            for method, num_draft in (("none", None), ("chain", 3), ("trie", 4)):
                 result = compiled_gen.generate(ids, documents=docs, max_new_tokens=SMALL_NEW,
                                                method=method, num_draft=num_draft)
                 assert result.token_ids == plain, (method, seed)
