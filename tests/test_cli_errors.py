@@ -56,6 +56,8 @@ CASES = [
     ("bench", "path", "bench --data MISSING --out OUT", "does not exist"),
     ("sweep", "path", "sweep --data MISSING --out OUT", "does not exist"),
     ("bench-serve", "path", "bench-serve --data MISSING", "does not exist"),
+    ("cost-curve", "path", "cost-curve --shapes tiny-llama --oracle MISSING",
+     "oracle_by_max_draft"),
     ("ask", "symlink loop", "ask LOOP q? --cache-dir CACHE --rerank none", "symbolic links"),
     ("index build", "symlink loop", "index build LOOP --out OUT", "symbolic links"),
     # bad numbers
@@ -74,6 +76,9 @@ CASES = [
     ("sweep", "number", "sweep --data DATA --out OUT --n 3,x", "--n"),
     ("bench-serve", "number", "bench-serve --data DATA --concurrency x", "--concurrency"),
     ("serve", "number", "serve --port x", "--port"),
+    ("cost-curve", "number", "cost-curve --sizes 4,x", "--sizes"),
+    ("cost-curve", "number", "cost-curve --shapes tiny-llama --repeats 0", ">= 1"),
+    ("cost-curve", "shape", "cost-curve --shapes huge-model", "unknown shape"),
     # caps
     ("index build", "cap", "index build DOCS --out OUT --max-bytes 10", "max-bytes"),
     ("ask", "cap", "ask DOCS q? --cache-dir CACHE --max-passages 1 --max-bytes 10",
