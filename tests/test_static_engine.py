@@ -7,8 +7,6 @@ recompilation once every step shape has been compiled; the cache is never moved.
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 import torch
@@ -18,7 +16,7 @@ from model_families import FAMILIES, SIZE, build, drafting_documents, random_pro
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.drafting import DraftTree
-from ngram_trie_rag.engine import Engine, LatencyCurve
+from ngram_trie_rag.engine import Engine, LatencyCurve, static_engine
 from ngram_trie_rag.engine.static_engine import StaticEngine, static_engine_for
 from ngram_trie_rag.reference import greedy_reference
 
@@ -26,7 +24,7 @@ MAX_NEW = 64
 SMALL_NEW = 24
 SMALL_BUCKETS = (4, 8)
 FLAT = LatencyCurve({q: 0.01 for q in (1, 2, 3, 5, 9, 17, 33)}, {}, pack_single=False)
-NO_COMPILER = shutil.which("g++") is None and shutil.which("cc") is None
+NO_COMPILER = static_engine._cpp_compiler() is None  # the engine's own test
 
 
 def _static_generator(model, tokenizer, engine: StaticEngine) -> SpeculativeGenerator:
@@ -222,8 +220,6 @@ def test_engines_by_name_and_bad_names_refused() -> None:
 
 
 def test_compiled_without_a_cpp_compiler_runs_eagerly_and_says_so(monkeypatch, capsys) -> None:
-    from ngram_trie_rag.engine import static_engine
-
     monkeypatch.setattr(static_engine, "_cpp_compiler", lambda: None)
     engine = StaticEngine(_tiny("llama"), compiled=True)
     assert not engine.compiled and engine._compiled_fn is None

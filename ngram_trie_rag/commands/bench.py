@@ -14,6 +14,7 @@ from ..bench.plots import write_plots
 from ..bench.report import bench_table, sweep_tables, write_json
 from ..bench.runner import run_benchmark
 from ..bench.sweep import run_sweep
+from ..engine.choice import ENGINES
 from ..loading import ModelNotFoundError
 from .arguments import add_model_flags, int_list
 
@@ -38,7 +39,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                    help="measure the model's latency curve first (about half a minute on "
                         "two cores; see ngram-trie-rag calibrate), so the engine runs its "
                         "fastest measured variants")
-    p.add_argument("--engine", choices=("auto", "eager", "static", "compiled"), default="auto",
+    p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="what runs the speculative methods' forwards: eager (the buffered "
                         "cache and the CPU fast paths), static (a preallocated cache, trees "
                         "padded to fixed sizes), compiled (static, torch.compile and CUDA "
