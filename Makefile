@@ -94,9 +94,14 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 # (GPU_PYTHON, the host's python3 by default: the .venv above has the CPU wheel) with
 # this source tree importable. NGRAM_TRIE_RAG_TEST_MODEL=folder-or-gguf where the
 # packaged model's wheel is not installed. Elsewhere every test skips with its reason.
+# `make test-gpu GPU_PYTHON=.venv/bin/python GPU_DEVICE=cpu GPU_QUICK=1`: the same tests'
+# code on the CPU at small sizes (the CUDA-only ones skip).
 GPU_PYTHON ?= python3
+GPU_DEVICE ?= cuda
+GPU_QUICK ?= 0
 test-gpu:
 	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" NGRAM_TRIE_RAG_TEST_GPU=1 \
+		NGRAM_TRIE_RAG_TEST_DEVICE=$(GPU_DEVICE) NGRAM_TRIE_RAG_TEST_QUICK=$(GPU_QUICK) \
 		$(GPU_PYTHON) -m pytest -q -p no:cacheprovider -rs -m gpu tests
 
 test-fast: $(STAMP)

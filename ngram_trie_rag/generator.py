@@ -29,7 +29,7 @@ import torch
 
 from .drafting import DraftBudget, DraftConfig, Drafter, DraftTree
 from .drafting.answer_store import answer_tokens
-from .engine import KV, Engine, device_accept, engine_for
+from .engine import KV, Engine, engine_for
 from .engine.latency import LatencyCurve
 from .grammar import Constraint, compiler_for
 from .inputs import DraftDocument, Prompt, encode_documents, encode_prompt
@@ -37,7 +37,7 @@ from .keywords import unknown_keywords
 from .options import GenerationOptions, options_from
 from .repetition import RepetitionStop
 from .result import FinishReason, GenerationResult, GenerationStats
-from .sampling import SamplingParams, accept, choose
+from .sampling import SamplingParams, choose
 from .stream import GenerationStream, Step
 from .text_stream import TextStream
 from .validation import check_documents, check_prompt, vocab_size
@@ -268,20 +268,23 @@ class SpeculativeGenerator:
         # the bonus token needs a place too; some RoPE variants cap the depth
         tree = self._draft(req, min(room - 1, self.engine.depth_room(req.kv.length)))
         inputs = self.engine.prepare(req.kv, req.last, tree)
-        allowed = None if req.constraint is None else req.constraint.bitmasks(req.last, tree)
         forward_start = time.perf_counter()
         req.stats.draft_s += forward_start - start
         logits = self.engine.run(req.kv, inputs)
+        # On an accelerator the forward is still running: host work that does not need
+        # its result goes here, before acceptance waits for it.
         if self.engine.last_threads is not None:
             used = req.stats.threads_used
             used[self.engine.last_threads] = used.get(self.engine.last_threads, 0) + 1
-        if allowed is not None:  # each node's row: what its own path lets follow
+        host_s = 0.0  # host work in the forward's shadow, not the forward's cost
+        if req.constraint is not None:  # each node's row: what its own path lets follow
+            masks_start = time.perf_counter()
+            allowed = req.constraint.bitmasks(req.last, tree)
+            host_s = time.perf_counter() - masks_start
+            req.stats.draft_s += host_s
             logits = req.constraint.apply(logits, allowed, req.params.greedy)
-        # The walk, on the host or (on an accelerator) as tensor ops with one transfer:
-        # both give the same greedy answer; seeded sampling draws differ (device_accept).
-        walk = accept if logits.device.type == "cpu" else device_accept.accept
-        tokens, path = walk(tree, logits, req.params, req.rng)  # syncs with the device
-        seconds = time.perf_counter() - forward_start
+        tokens, path = self.engine.accept(inputs, tree, logits, req.params, req.rng)
+        seconds = time.perf_counter() - forward_start - host_s
         self.engine.commit(req.kv, inputs, path)
         tokens, finish = self._cut(tokens[:room])  # a drafter may overshoot the limit
         req.stats.draft_sizes.append(len(tree))

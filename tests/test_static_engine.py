@@ -7,18 +7,24 @@ recompilation once every step shape has been compiled; the cache is never moved.
 
 from __future__ import annotations
 
+import os
+import traceback
+
 import numpy as np
 import pytest
 import torch
 import transformers as tf
 from data_files import read_jsonl
 from model_families import FAMILIES, SIZE, build, drafting_documents, random_prompt, word_tokenizer
+from torch.overrides import TorchFunctionMode
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.drafting import DraftTree
 from ngram_trie_rag.engine import Engine, LatencyCurve, static_engine
+from ngram_trie_rag.engine.staging import Staging
 from ngram_trie_rag.engine.static_engine import StaticEngine, static_engine_for
 from ngram_trie_rag.reference import greedy_reference
+from ngram_trie_rag.sampling import SamplingParams
 
 MAX_NEW = 64
 SMALL_NEW = 24
@@ -120,6 +126,74 @@ def test_cache_is_never_reallocated() -> None:
     # the next request of a similar size reuses the same buffers
     kv2, _ = engine.prefill(random_prompt(40, seed=4))
     assert kv2.cache.layers[0].keys.data_ptr() == pointer and kv2.length == 40
+
+
+class _HostTransfers(TorchFunctionMode):
+    """Calls that, on an accelerator, move data between host and device or wait for it:
+    reads of device values, tensors made from host data, and copies our own code starts
+    (the model's internal dtype and same-device ``to`` calls are not transfers)."""
+
+    READS = {"tolist", "item", "__bool__", "__int__", "__index__", "__float__", "numpy",
+             "cpu", "nonzero"}
+    FROM_HOST = {"tensor", "as_tensor", "from_numpy"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in self.READS or name in self.FROM_HOST:
+            self.seen.append(name)
+        elif name in ("to", "copy_") and _called_from_package():
+            blocking = not kwargs.get("non_blocking", False)
+            self.seen.append(f"{name}{' (blocking)' if blocking else ''}")
+        return func(*args, **kwargs)
+
+
+def _called_from_package() -> bool:
+    frames = traceback.extract_stack()[:-2]
+    outside_torch = [f for f in frames if f"{os.sep}torch{os.sep}" not in f.filename]
+    return f"{os.sep}ngram_trie_rag{os.sep}" in outside_torch[-1].filename
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_a_tree_step_reads_the_device_once_and_uploads_nothing_else(attention: str) -> None:
+    """prepare, forward, acceptance and compaction of a tree step: the accepted path's one
+    read is the only transfer (on a GPU the ids, positions and ancestor block travel in
+    one non-blocking copy of a pinned buffer, which a CPU skips)."""
+    model = _tiny("llama", attention)
+    engine = StaticEngine(model, compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
+    ids = random_prompt(30, seed=6)
+    kv, logits = engine.prefill(ids)
+    expected = greedy_reference(model, ids, 6)
+    last = expected[0]
+    # a tree whose first branch is the greedy continuation: a path of 3 is accepted
+    wrong = (expected[1] + 1) % model.config.vocab_size
+    tree = DraftTree(np.array([wrong, expected[1], expected[2], expected[3]]),
+                     np.array([-1, -1, 1, 2]), np.array([1, 1, 2, 3]))
+    greedy = SamplingParams()
+    for step_tree in (tree, DraftTree.empty()):
+        with _HostTransfers() as transfers:
+            inputs = engine.prepare(kv, last, step_tree)
+            out = engine.run(kv, inputs)
+            tokens, path = engine.accept(inputs, step_tree, out, greedy, None)
+            engine.commit(kv, inputs, path)
+        assert transfers.seen == ["tolist"]
+        last = tokens[-1]
+    assert path == [] and kv.ids[len(ids):] == expected[:5]  # compaction kept the path
+    assert tokens == [expected[5]]
+
+
+def test_staging_packs_arrays_into_one_buffer() -> None:
+    staging = Staging(torch.device("cpu"), size=8)
+    a, b = np.arange(6).reshape(2, 3), np.eye(3, dtype=bool)
+    ta, tb = staging.upload(a, b)  # grows: 15 > 8
+    assert ta.dtype == tb.dtype == torch.int64
+    assert ta.tolist() == a.tolist() and tb.bool().tolist() == b.tolist()
+    (tc,) = staging.upload(np.array([7]))
+    assert tc.tolist() == [7]
 
 
 def test_compaction_matches_the_base_engine() -> None:

@@ -9,6 +9,8 @@ path compiles to one graph per tree bucket (``torch.compile(fullgraph=True)``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..drafting.draft_tree import DraftTree
@@ -69,6 +71,33 @@ def accept_on_device(tokens: torch.Tensor, ancestors: torch.Tensor, depths: torc
     used = torch.arange(max_depth + 1, device=dev) <= length  # (D + 1,)
     emitted = torch.where(used, choices.index_select(0, visit), -1)  # (D + 1,)
     return torch.cat((length, rows, emitted))
+
+
+@dataclass
+class DeviceTree:
+    """A step's draft tree as the device already holds it (uploaded with the step's ids
+    and positions), so acceptance uploads nothing; ``packed`` keeps the result on the
+    device for compaction."""
+
+    tokens: torch.Tensor  # (N,) int64, real nodes in pre-order
+    ancestors: torch.Tensor  # (1 + N, 1 + N) bool, ancestor-or-self, root row/column 0
+    depths: torch.Tensor  # (N,) int64
+    max_depth: int  # deepest real node, from the host tree
+    packed: torch.Tensor | None = None  # accept_on_device's result, once accepted
+
+    def accept(self, logits: torch.Tensor, params: SamplingParams,
+               generator: torch.Generator | None) -> tuple[list[int], list[int]]:
+        """``(tokens, path)`` with one device-to-host copy; ``logits`` (1 + N, V)."""
+        choices = row_choices(logits, params, generator)
+        self.packed = accept_on_device(self.tokens, self.ancestors, self.depths, choices,
+                                       self.max_depth)
+        return unpack(self.packed.tolist(), self.max_depth)
+
+    def path_rows(self, length: int) -> torch.Tensor:
+        """(1 + length,) int64 on the device: row 0 (``last``) and the accepted path's
+        query rows, for compaction without an upload."""
+        assert self.packed is not None, "accept before compacting"
+        return torch.cat((self.packed.new_zeros(1), self.packed[1: 1 + length]))
 
 
 def unpack(packed: list[int], max_depth: int) -> tuple[list[int], list[int]]:

@@ -21,9 +21,11 @@ from typing import Any
 import torch
 
 from ..drafting.draft_tree import DraftTree
-from . import gqa_attention, linear_layout, llama_step
+from ..sampling import SamplingParams, accept
+from . import device_accept, gqa_attention, linear_layout, llama_step
 from .attention_windows import AttentionWindows, attention_windows
 from .curve_cache import calibrate, curve_for, refine
+from .device_accept import DeviceTree
 from .forward import forward
 from .kv_cache import cache_kwargs, compact, new_cache
 from .latency import LatencyCurve
@@ -60,6 +62,7 @@ class StepInputs:
     drafted: int  # N, draft nodes in the forward (Q = 1 + N)
     tokens: list[int] = field(default_factory=list)  # [last, *draft tokens]
     recompute: bool = False  # a plain step over the whole sequence, cache rebuilt
+    tree: DeviceTree | None = None  # the tree on the device, where the engine keeps it
 
 
 class Engine:
@@ -218,6 +221,19 @@ class Engine:
         """The CPU thread governor, once a forward has run (``None`` before, and on
         other devices)."""
         return self._governor
+
+    def accept(self, inputs: StepInputs, tree: DraftTree, logits: torch.Tensor,
+               params: SamplingParams, generator: torch.Generator | None
+               ) -> tuple[list[int], list[int]]:
+        """``(tokens, path)``: the accepted nodes' tokens plus the bonus token, and their
+        query rows. On a CPU the host walk; elsewhere the walk as tensor ops with one
+        transfer (the same greedy answer; seeded sampling draws differ, see
+        :mod:`~ngram_trie_rag.engine.device_accept`). Reading the result waits for the
+        forward: the step's host sync."""
+        if inputs.tree is not None:
+            return inputs.tree.accept(logits, params, generator)
+        walk = accept if logits.device.type == "cpu" else device_accept.accept
+        return walk(tree, logits, params, generator)
 
     def commit(self, kv: KV, inputs: StepInputs, path: list[int]) -> None:
         """Keep the forward's rows of ``last`` and the accepted ``path`` (query rows,

@@ -43,11 +43,13 @@ import torch
 from ..drafting.draft_tree import DraftTree
 from . import gqa_attention, linear_layout
 from .attention_windows import FULL, attention_windows
+from .device_accept import DeviceTree
 from .engine import KV, Engine, StepInputs
 from .kv_cache import cache_kwargs
 from .latency import LatencyCurve
 from .prefix_reuse import PrefixKeeper
 from .rope_limits import rope_limit
+from .staging import Staging
 from .support import check_supported
 from .tree_buckets import BUCKETS, bucket_for, pad_tree
 
@@ -121,6 +123,7 @@ class StaticEngine(Engine):
         self._keyword = next(iter(cache_kwargs(model, None)))  # "cache" or "past_key_values"
         self._cache: Any = None  # the StaticCache, reused while large enough
         self._columns: torch.Tensor | None = None  # (capacity,) key positions
+        self._staging = Staging(model.device)
         self._cudagraphs = compiled and model.device.type == "cuda"
         self._compiled_fn = None
         if compiled:
@@ -188,8 +191,11 @@ class StaticEngine(Engine):
     def prepare(self, kv: KV, last: int, tree: DraftTree) -> StepInputs:
         """Inputs of the forward verifying ``tree`` padded to its bucket: ids (1, Q),
         positions ``kv.length + depth`` (1, Q) and the mask (1, 1, Q, capacity) over the
-        whole cache (the committed prefix, then each row's ancestors in the tree)."""
-        device = self.model.device
+        whole cache (the committed prefix, then each row's ancestors in the tree).
+
+        The host sends ids, positions and the (Q, Q) ancestor block in one non-blocking
+        copy; the mask's prefix columns are computed on the device. The tree stays on the
+        device for :meth:`accept` and :meth:`commit`, which upload nothing."""
         n = len(tree)
         size = self._bucket(n)
         if size:
@@ -197,11 +203,10 @@ class StaticEngine(Engine):
             tokens = np.concatenate(([last], padded.tokens))
             tokens[tokens < 0] = 0  # padding: any id the embedding takes
             depths = np.concatenate(([0], padded.depths))
-            block = torch.from_numpy(padded.ancestors).to(device)
+            block = padded.ancestors
         else:
-            tokens = np.array([last])
-            depths = np.zeros(1, dtype=np.int64)
-            block = torch.ones((1, 1), dtype=torch.bool, device=device)
+            tokens, depths = np.array([last]), np.zeros(1, dtype=np.int64)
+            block = np.ones((1, 1), dtype=bool)
         q = len(tokens)
         past = kv.length
         capacity = kv.cache.layers[0].max_cache_len
@@ -209,16 +214,20 @@ class StaticEngine(Engine):
             raise ValueError(f"the cache of {capacity} positions is full ({past} cached, "
                              f"a step of {q}); build the engine with a larger "
                              "max_new_tokens or capacity")
-        ids = torch.from_numpy(tokens.astype(np.int64)).to(device)[None]
-        positions = torch.from_numpy(depths.astype(np.int64) + past).to(device)[None]
-        visible = (self._columns < past).expand(q, capacity).clone()
+        ids, positions, block = self._staging.upload(tokens[None], depths[None] + past, block)
+        block = block.bool()  # (Q, Q)
+        visible = (self._columns < past).expand(q, capacity).clone()  # (Q, capacity)
         visible[:, past:past + q] = block
         if self.bool_mask:
             mask = visible[None, None]
         else:
-            mask = torch.zeros((1, 1, q, capacity), dtype=self.model.dtype, device=device)
+            mask = torch.zeros((1, 1, q, capacity), dtype=self.model.dtype,
+                               device=self.model.device)
             mask.masked_fill_(~visible, torch.finfo(self.model.dtype).min)
-        return StepInputs(ids, positions, mask, "stock", False, n, [last, *tree.tokens.tolist()])
+        on_device = DeviceTree(ids[0, 1:1 + n], block[:1 + n, :1 + n],
+                               positions[0, 1:1 + n] - past, tree.max_depth)
+        return StepInputs(ids, positions, mask, "stock", False, n, [last, *tree.tokens.tolist()],
+                          tree=on_device)
 
     def _bucket(self, n: int) -> int:
         """The padded node count of an ``n``-node tree: its bucket, or ``n`` itself when
@@ -250,11 +259,16 @@ class StaticEngine(Engine):
     @torch.inference_mode()
     def commit(self, kv: KV, inputs: StepInputs, path: list[int]) -> None:
         """Move the rows of ``last`` and the accepted ``path`` (query rows, 1-based) to
-        ``kv.length ..`` in every layer, then set every layer's length past them."""
+        ``kv.length ..`` in every layer, then set every layer's length past them. After
+        :meth:`accept` the rows come from its result on the device, so ``path`` must be
+        the path it returned."""
         past, m = kv.length, len(path)
         layers = kv.cache.layers
         if path != list(range(1, m + 1)):  # else the rows are in place already
-            rows = torch.tensor([0, *path], device=layers[0].keys.device) + past
+            if inputs.tree is not None and inputs.tree.packed is not None:
+                rows = inputs.tree.path_rows(m) + past  # the path :meth:`accept` read
+            else:
+                rows = torch.tensor([0, *path], device=layers[0].keys.device) + past
             for layer in layers:
                 # gather (a copy) first, then write: source and target rows may overlap
                 layer.keys[:, :, past:past + m + 1] = layer.keys.index_select(2, rows)
