@@ -19,7 +19,7 @@ Parts:
   step against the eager one over a static cache, bf16 on CUDA (``static.json``,
   ``static.md``), within ``--deadline`` seconds of the script's start.
 - ``tests``: the tests marked ``gpu`` (``make test-gpu``), with ``--gguf``'s weights when
-  given (``tests.txt``).
+  given, else random weights in ``--meta``'s shape (``tests.txt``).
 - ``report``: every result in ``OUT`` gathered into ``report.md`` and ``report.json``.
 - ``bench``: the packaged model's GGUF, fp32 (exactness: ``vanilla``, ``chain``,
   ``trie``) then bf16 (every method) on Spec-Bench RAG (``fp32.json``, ``bf16.json``).
@@ -226,9 +226,9 @@ def _bench(result: Path, model: Path, data: Path, device: torch.device, dtype: s
 
 
 def gpu_tests(out: Path, model: Path | None) -> None:
-    """The tests marked ``gpu`` (what ``make test-gpu`` runs), with ``model`` (the GGUF)
-    instead of the packaged model when given; pytest's report in ``tests.txt``. Where
-    there is no CUDA every test skips with its reason."""
+    """The tests marked ``gpu`` (what ``make test-gpu`` runs), with ``model`` (the GGUF,
+    or a folder of random weights) instead of the packaged model when given; pytest's
+    report in ``tests.txt``. Where there is no CUDA every test skips with its reason."""
     import subprocess
 
     env = {**os.environ, "NGRAM_TRIE_RAG_TEST_GPU": "1",
@@ -301,8 +301,9 @@ def main() -> None:
                 static(args.out, device, args.quick, args.deadline, args.static_runs)
             elif part == "report":
                 report(args.out)
-            elif part == "tests":
-                gpu_tests(args.out, args.gguf)
+            elif part == "tests":  # random weights in the default shape without a GGUF
+                gpu_tests(args.out, args.gguf or (random_folder(args.meta, args.quick)
+                                                  if args.meta else None))
             elif part == "bench":
                 bench(args.out, device, args.quick, args.gguf, args.data)
             else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,40 @@ def test_the_one_command_runs_on_the_cpu_and_writes_one_report(tmp_path: Path) -
     assert "## env" in report and "## tests" in report and "## static" in report
     assert set(json.loads((out / "report.json").read_text())) >= {"env", "static"}
     assert "skipped" in (out / "tests.txt").read_text()  # no CUDA: each test says why
+
+
+def test_carried_weights_are_kept_until_every_part_has_come(tmp_path: Path) -> None:
+    """``scripts/gpu_carry.py`` cuts the weights into parts, one per transfer; the session
+    script keeps each part it is given, and joins and checks them once all are there."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from gpu_carry import split
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    weights = tmp_path / "model.gguf"
+    weights.write_bytes(os.urandom(3000))
+    parts = tmp_path / "parts"
+    assert split(weights, parts, 1024) == 3
+    stage = tmp_path / "stage"
+    env = {**os.environ, "TMPDIR": str(tmp_path), "STAGE": str(stage),
+           "PYTHON": sys.executable}
+    for k, carried in enumerate((["part-1"], ["part-2", "part-3"])):
+        carry = tmp_path / f"carry-{k}"
+        for name in carried:
+            shutil.copytree(parts / name, carry / name)
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), "--device",
+                               "cpu", "--carry", str(carry), "--only", "env",
+                               str(tmp_path / f"out-{k}")],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        if k == 0:
+            assert "1 of 3 parts here" in done.stdout
+            assert not (stage / "model.gguf").exists()
+    assert (stage / "model.gguf").read_bytes() == weights.read_bytes()
+    # a part that does not belong: the join is refused
+    (stage / "model.gguf.3").write_bytes(b"x")
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), "--device", "cpu",
+                           "--carry", str(tmp_path / "carry-none"), "--only", "env",
+                           str(tmp_path / "out-bad")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3 and "sha256" in done.stderr
