@@ -58,7 +58,7 @@ from ngram_trie_rag.retrieval import Embedder
 
 # Concurrent requests per burst: 12 in make test (the integrations' own tests already run
 # 16 at once), 32 in make stress.
-REQUESTS = scale(12, 32)
+REQUESTS = scale(8, 32)
 ROUNDS = scale(1, 3)  # bursts per test: repeated bursts would show state piling up
 TOKENS = 12  # short answers: the tests check isolation and liveness, not long outputs
 LONG = 128  # answers that are still running when a stream is abandoned

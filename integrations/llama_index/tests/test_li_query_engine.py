@@ -48,11 +48,11 @@ def test_streaming_query(li_index, li_llm, li_plain_llm, li_calls):
     assert text == engine(li_index, li_plain_llm).query(question).response
 
 
-async def test_16_concurrent_aqueries(li_index, li_nodes, li_calls):
-    # Short answers from one node each: 32 generations (16 + their references) stay cheap.
+async def test_10_concurrent_aqueries(li_index, li_nodes, li_calls):
+    # Short answers from one node each: 20 generations (10 + their references) stay cheap.
     llm = NGramTrieLLM(max_new_tokens=8)
     plain = PlainGreedyLLM(llm.generator, llm.metadata, 8)
-    titles = list(dict.fromkeys(title(n) for n in li_nodes))[:16]
+    titles = list(dict.fromkeys(title(n) for n in li_nodes))[:10]
     questions = [f"What is {t}?" for t in titles]
     responses = await asyncio.gather(
         *(engine(li_index, llm, similarity_top_k=1).aquery(q) for q in questions))
@@ -64,7 +64,7 @@ async def test_16_concurrent_aqueries(li_index, li_nodes, li_calls):
         drafted.add(tuple(call["draft_node_ids"]))
         reference = engine(li_index, plain, similarity_top_k=1).query(question)
         assert response.response == reference.response
-    assert len(drafted) > 8  # different queries drafted from different nodes
+    assert len(drafted) > 5  # different queries drafted from different nodes
 
 
 def test_context_chat_engine(li_index, li_llm, li_plain_llm, li_calls):
