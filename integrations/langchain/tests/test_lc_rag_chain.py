@@ -99,10 +99,10 @@ def test_batch_gives_each_question_its_own_documents(chain, retriever, reference
     assert document_registry().size == 0
 
 
-async def test_sixteen_concurrent_ainvokes_stay_isolated(retriever, fmt, rag_prompt,
-                                                         reference, recorder, hagrid):
-    questions = hagrid[1]
-    assert len(questions) == 16
+async def test_eight_concurrent_ainvokes_stay_isolated(retriever, fmt, rag_prompt,
+                                                       reference, recorder, hagrid):
+    questions = hagrid[1][:8]
+    assert len(questions) == 8
     chain = rag_chain(retriever, fmt, rag_prompt, ChatNGramTrie(max_tokens=SHORT))
     answers = await asyncio.gather(
         *(chain.ainvoke(q, config={"callbacks": [recorder]}) for q in questions))
