@@ -123,7 +123,5 @@ def accept(tree: DraftTree | PaddedTree, logits: torch.Tensor, params: SamplingP
         tree = pad_tree(tree, len(tree))
     if logits.shape[0] != 1 + len(tree):
         raise ValueError(f"expected {1 + len(tree)} logit rows, got {logits.shape[0]}")
-    tokens, ancestors, depths = tree_tensors(tree, logits.device)
-    choices = row_choices(logits, params, generator)
-    packed = accept_on_device(tokens, ancestors, depths, choices, tree.max_depth)
-    return unpack(packed.tolist(), tree.max_depth)
+    return DeviceTree(*tree_tensors(tree, logits.device), tree.max_depth).accept(
+        logits, params, generator)

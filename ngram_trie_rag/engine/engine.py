@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
+from .. import sampling
 from ..drafting.draft_tree import DraftTree
-from ..sampling import SamplingParams, accept
+from ..sampling import SamplingParams
 from . import device_accept, gqa_attention, linear_layout, llama_step
 from .attention_windows import AttentionWindows, attention_windows
 from .curve_cache import calibrate, curve_for, refine
@@ -232,7 +233,7 @@ class Engine:
         forward: the step's host sync."""
         if inputs.tree is not None:
             return inputs.tree.accept(logits, params, generator)
-        walk = accept if logits.device.type == "cpu" else device_accept.accept
+        walk = sampling.accept if logits.device.type == "cpu" else device_accept.accept
         return walk(tree, logits, params, generator)
 
     def commit(self, kv: KV, inputs: StepInputs, path: list[int]) -> None:

@@ -45,7 +45,7 @@ class Staging:
         offset, spans = 0, []
         for a in arrays:
             self._host[offset: offset + a.size] = a.ravel()
-            spans.append((offset, a.shape))
+            spans.append((offset, a.size, a.shape))
             offset += a.size
         flat = self._device[:total]
         if self._device is not self._staging:
@@ -53,8 +53,7 @@ class Staging:
             if self.device.type == "cuda":
                 self._event = torch.cuda.Event()
                 self._event.record()
-        return [flat[o: o + int(np.prod(shape, dtype=np.int64))].view(shape)
-                for o, shape in spans]
+        return [flat[o: o + size].view(shape) for o, size, shape in spans]
 
     def _wait(self) -> None:
         """Before the staging buffer is rewritten: the last copy out of it has finished.
