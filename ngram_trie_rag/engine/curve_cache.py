@@ -215,7 +215,7 @@ def _nvidia_driver() -> str | None:
 def path_for(key: tuple, folder: Path | None = None) -> Path:
     """The file of ``key`` (a :func:`curve_key`) on this host."""
     if folder is None:
-        from ..loading import cache_dir
+        from ..cache_paths import cache_dir
 
         folder = cache_dir() / "latency"
     digest = hashlib.sha256(json.dumps([FORMAT, list(key), host()]).encode()).hexdigest()
