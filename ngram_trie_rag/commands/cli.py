@@ -73,7 +73,7 @@ def _ask_resident(raw: list[str], args: argparse.Namespace) -> int:
 
     keep_alive = resident.keep_alive_seconds(None) if args.keep_alive is None \
         else args.keep_alive
-    if keep_alive == 0:
+    if keep_alive == 0 or not resident.AVAILABLE:
         return args.func(args)
     key = resident.worker_key(args.model, args.device, args.dtype)
     return resident.ask(raw, key, keep_alive)

@@ -42,6 +42,9 @@ ENV_IGNORED = (KEEP_ALIVE_ENV, "CUDA_MODULE_LOADING")
 SOCKET_PATH_MAX = 100  # AF_UNIX paths stop at 107 bytes on Linux
 START_TIMEOUT_S = 120.0  # a worker binds before it imports anything heavy
 HEADER = struct.Struct("!Q")  # the request's length, then the request as JSON
+# Unix sockets that carry file descriptors: Linux and macOS; elsewhere ``ask`` answers in
+# its own process.
+AVAILABLE = os.name == "posix" and hasattr(socket, "send_fds")
 
 
 class ResidentError(OSError):
