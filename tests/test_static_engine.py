@@ -97,6 +97,44 @@ def test_eager_static_equals_generate_on_tiny_llama(attention: str) -> None:
         assert max(result.stats.accept_lengths) >= 1
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_uniform_steps_give_every_method_the_same_tokens_in_bf16(family: str) -> None:
+    """One step shape for plain steps and trees alike: in bf16 a drafting method's tokens
+    are plain decoding's, whatever it drafted; in fp32 they are ``generate``'s."""
+    model = _tiny(family)
+    for dtype in (torch.bfloat16, torch.float32):
+        model.to(dtype)
+        engine = StaticEngine(model, compiled=False, uniform=8, curve=FLAT)
+        gen = _static_generator(model, word_tokenizer(), engine)
+        for seed in (1, 2, 3):
+            ids = random_prompt(48, seed=seed)
+            plain = gen.generate(ids, max_new_tokens=SMALL_NEW, method="none").token_ids
+            if dtype == torch.float32:
+                assert plain == greedy_reference(model, ids, SMALL_NEW), seed
+            docs = drafting_documents(plain, seed=seed)
+            for method, num_draft in (("trie", 8), ("chain", 3)):
+                result = gen.generate(ids, documents=docs, max_new_tokens=SMALL_NEW,
+                                      method=method, num_draft=num_draft)
+                assert result.token_ids == plain, (dtype, method, seed)
+                assert max(result.stats.accept_lengths) > 1  # trees were verified
+
+
+def test_a_uniform_engine_pads_every_step_and_refuses_larger_trees() -> None:
+    engine = StaticEngine(_tiny("llama"), compiled=False, uniform=4, curve=FLAT)
+    kv, logits = engine.prefill(random_prompt(20, seed=5))
+    last = int(logits.argmax())
+    plain = engine.prepare(kv, last, DraftTree(np.array([], dtype=np.int64),
+                                               np.array([], dtype=np.int64),
+                                               np.array([], dtype=np.int64)))
+    assert plain.ids.shape == (1, 5) and plain.drafted == 0
+    assert engine.run(kv, plain).shape[0] == 1  # the padding's logits are dropped
+    chain = DraftTree(np.arange(2, 7), np.arange(-1, 4), np.arange(1, 6))  # 5 nodes
+    with pytest.raises(ValueError, match="uniform step of 4 nodes"):
+        engine.prepare(kv, last, chain)
+    with pytest.raises(ValueError, match="positive node count"):
+        StaticEngine(_tiny("llama"), uniform=0)
+
+
 def test_cache_is_never_reallocated() -> None:
     model = _tiny("llama")
     engine = StaticEngine(model, compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
@@ -285,6 +323,8 @@ def test_engines_by_name_and_bad_names_refused() -> None:
     assert make_engine(model, "auto") is make_engine(model, "eager")
     static = make_engine(model, "static")
     assert isinstance(static, StaticEngine) and not static.compiled
+    uniform = make_engine(model, "uniform")
+    assert uniform.uniform == uniform.buckets[0] == 32 and uniform is not static
     with pytest.raises(ValueError, match="engine must be one of"):
         make_engine(model, "fast")
     with pytest.raises(ValueError, match="engine must be one of"):

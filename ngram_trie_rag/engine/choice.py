@@ -6,6 +6,9 @@
   preallocated cache and trees padded to fixed sizes.
 - ``compiled``: the static engine with its step compiled (``torch.compile``, CUDA graphs
   on CUDA), one graph per tree size, compiled on first use.
+- ``uniform``: the static engine with every step, plain ones included, padded to
+  :data:`~ngram_trie_rag.engine.engine_names.UNIFORM_NODES` nodes: one step shape, so in
+  bf16 the drafting methods give the same tokens as plain decoding (see ``static_engine``).
 - ``auto``: the engine's own choice. Measured on a 2-core CPU, the static engine's steps
   cost more than the eager engine's (attention over the whole preallocated cache, no
   CPU fast paths) and compiling does not win that back, so ``auto`` is ``eager``; on a
@@ -18,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from .engine import Engine, engine_for
-from .engine_names import ENGINES
+from .engine_names import ENGINES, UNIFORM_NODES
 
 
 def check_engine(name: object) -> str:
@@ -34,4 +37,6 @@ def make_engine(model: torch.nn.Module, name: str) -> Engine:
         return engine_for(model)
     from .static_engine import static_engine_for
 
+    if name == "uniform":
+        return static_engine_for(model, uniform=UNIFORM_NODES)
     return static_engine_for(model, compiled=name == "compiled")

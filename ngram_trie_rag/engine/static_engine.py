@@ -11,6 +11,13 @@ CUDA graph on a GPU:
 - a draft tree is padded up to a fixed node count (:mod:`~ngram_trie_rag.engine.tree_buckets`),
   so a handful of shapes (the plain step, and one per bucket) cover every step.
 
+With ``uniform=U`` every decode step, a plain one included, is padded to ``U`` nodes:
+one shape for the whole answer. A row's logits then come from the same kernels whatever
+the other rows hold, so in bf16 or fp16, where a differently shaped matmul rounds
+differently, ``plain``, ``chain`` and ``trie`` give the same tokens as each other (each
+step computes the accepted rows exactly as a plain step would). It costs a plain step the
+price of a ``U``-node tree, which a GPU barely notices and a CPU does.
+
 With ``compiled=True`` the step's forward goes through
 ``torch.compile(fullgraph=True, dynamic=False)`` (``mode="reduce-overhead"`` on CUDA):
 one graph per shape, compiled on first use. Prefill always runs eagerly.
@@ -73,7 +80,8 @@ class StaticEngine(Engine):
     def __init__(self, model: torch.nn.Module, lock: threading.Lock | None = None, *,
                  capacity: int | None = None, compiled: bool = False,
                  buckets: tuple[int, ...] = BUCKETS, curve: LatencyCurve | None = None,
-                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> None:
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                 uniform: int | None = None) -> None:
         check_supported(model)
         family = f"{type(model).__name__} (model_type {getattr(model.config, 'model_type', '?')!r})"
         windows = attention_windows(model.config)
@@ -95,6 +103,10 @@ class StaticEngine(Engine):
         if compiled and (gqa_attention.installed(model) or linear_layout.installed(model)):
             raise ValueError("this model object has the base engine's attention or linear "
                              "variants installed; compile a freshly loaded model")
+        if uniform is not None:
+            if uniform < 1:
+                raise ValueError(f"uniform must be a positive node count, got {uniform!r}")
+            buckets = (uniform,)
         if not buckets or min(buckets) < 1:
             raise ValueError(f"buckets must be positive node counts, got {buckets!r}")
         if capacity is not None and capacity < 2 + max(buckets):
@@ -112,6 +124,7 @@ class StaticEngine(Engine):
         self._governor = None
         self.last_threads = None
         self.buckets = tuple(sorted(set(buckets)))
+        self.uniform = uniform
         self.capacity = capacity
         self.max_new_tokens = max_new_tokens
         if compiled and model.device.type == "cpu" and not _cpp_compiler():
@@ -231,7 +244,14 @@ class StaticEngine(Engine):
 
     def _bucket(self, n: int) -> int:
         """The padded node count of an ``n``-node tree: its bucket, or ``n`` itself when
-        it exceeds the largest bucket (a shape of its own, run eagerly)."""
+        it exceeds the largest bucket (a shape of its own, run eagerly); with ``uniform``,
+        that size for every step."""
+        if self.uniform is not None:
+            if n > self.uniform:
+                raise ValueError(f"a draft tree of {n} nodes exceeds this engine's uniform "
+                                 f"step of {self.uniform} nodes; pass num_draft <= "
+                                 f"{self.uniform}")
+            return self.uniform
         if n > max(self.buckets):
             return n
         return bucket_for(n, self.buckets)
@@ -298,12 +318,14 @@ _STATIC: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _STATIC_GUARD = threading.Lock()
 
 
-def static_engine_for(model: torch.nn.Module, compiled: bool = False) -> StaticEngine:
-    """The one static engine of ``model`` per ``compiled`` (eager or compiled): generators
+def static_engine_for(model: torch.nn.Module, compiled: bool = False,
+                      uniform: int | None = None) -> StaticEngine:
+    """The one static engine of ``model`` per (``compiled``, ``uniform``): generators
     sharing it share its lock, cache and compiled graphs."""
     with _STATIC_GUARD:
         engines = _STATIC.setdefault(model, {})
-        engine = engines.get(compiled)
+        engine = engines.get((compiled, uniform))
         if engine is None:
-            engine = engines[compiled] = StaticEngine(model, threading.Lock(), compiled=compiled)
+            engine = engines[compiled, uniform] = StaticEngine(
+                model, threading.Lock(), compiled=compiled, uniform=uniform)
         return engine
