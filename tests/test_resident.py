@@ -65,6 +65,7 @@ def test_asks_share_one_loaded_model_and_answer_as_in_process(runtime: Path, tmp
     second = subprocess.run(_ask(cache, *flags), capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     one, two = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (first, second))
+    assert "background process" not in first.stderr  # --json: no notice of the worker
     lock = _lock(runtime)
     assert resident._locked(lock)  # still serving
     # The second ask found the model loaded: no load of its own, the same answer.

@@ -76,7 +76,7 @@ def _ask_resident(raw: list[str], args: argparse.Namespace) -> int:
     if keep_alive == 0 or not resident.AVAILABLE:
         return args.func(args)
     key = resident.worker_key(args.model, args.device, args.dtype)
-    return resident.ask(raw, key, keep_alive)
+    return resident.ask(raw, key, keep_alive, quiet=args.json)
 
 
 def entry() -> None:

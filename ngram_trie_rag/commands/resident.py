@@ -98,13 +98,15 @@ def runtime_dir() -> Path:
     return folder
 
 
-def ask(argv: list[str], key: str, keep_alive: float) -> int:
-    """Run ``ngram-trie-rag <argv>`` in the resident worker for ``key``; its exit code."""
+def ask(argv: list[str], key: str, keep_alive: float, quiet: bool = False) -> int:
+    """Run ``ngram-trie-rag <argv>`` in the resident worker for ``key``; its exit code.
+    Starting a worker says so on stderr (unless ``quiet``): a process that outlives the
+    command should not come as a surprise."""
     folder = runtime_dir()
     paths = {kind: folder / f"{key}.{kind}" for kind in ("sock", "lock", "log")}
     request = {"argv": argv, "cwd": os.getcwd(), "keep_alive": keep_alive}
     for _ in range(3):  # a worker may be closing as we connect: start a new one
-        conn = _connect(paths["sock"]) or _start(paths, keep_alive)
+        conn = _connect(paths["sock"]) or _start(paths, keep_alive, quiet)
         try:
             return _exchange(conn, request, paths["log"])
         except _NotStarted:
@@ -128,9 +130,13 @@ def _connect(path: Path) -> socket.socket | None:
     return conn
 
 
-def _start(paths: dict[str, Path], keep_alive: float) -> socket.socket:
+def _start(paths: dict[str, Path], keep_alive: float, quiet: bool) -> socket.socket:
     """Start a worker and connect to it; two clients starting at once share one (the
     second worker finds the lock held and leaves)."""
+    if not quiet:
+        print(f"starting a background process that keeps the model loaded for "
+              f"{keep_alive:g} s after each answer (--keep-alive 0: none) ...",
+              file=sys.stderr, flush=True)
     with open(paths["log"], "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ngram_trie_rag.commands.worker", str(paths["sock"]),
