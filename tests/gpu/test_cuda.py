@@ -3,7 +3,8 @@
 prompts, a 4k-token prompt, eager attention, and every family of the architecture matrix
 at toy size), the on-device acceptance walk equal to the host walk, seeded sampling
 reproducible, the compiled static engine replaying its graphs without recompiling, one
-host sync per greedy tree step, and bf16 and fp16 agreement with ``generate`` reported.
+host sync per greedy tree step, bf16 and fp16 agreement with ``generate`` reported, and
+the one-shape engine's methods agreeing with each other in bf16.
 
 Skipped with a reason on a host without CUDA, and in the CPU suite (``../../conftest.py``
 hides CUDA there). Environment:
@@ -132,6 +133,20 @@ def test_half_precision_agreement_with_generate_is_reported(dtype: str, capsys) 
     with capsys.disabled():
         print(f"\n{dtype} trie vs generate: {same}/{PROMPTS} identical, first divergence at "
               f"tokens {firsts}")
+
+
+def test_one_step_shape_makes_every_method_agree_in_bf16(capsys) -> None:
+    """``engine="uniform"``: every decode forward has one shape, so in bf16 trie and chain
+    give plain decoding's tokens through the same engine (docs/gpu.md)."""
+    gen = SpeculativeGenerator.from_pretrained(MODEL, device=DEVICE, dtype="bfloat16",
+                                               engine="uniform")
+    for messages in _messages():
+        plain = gen.generate(messages, max_new_tokens=MAX_NEW, method="none").token_ids
+        for method in ("trie", "chain"):
+            got = gen.generate(messages, max_new_tokens=MAX_NEW, method=method).token_ids
+            assert got == plain, method
+    with capsys.disabled():
+        print(f"\nbf16 uniform engine: trie and chain equal plain on {PROMPTS} prompts")
 
 
 def test_seeded_sampling_is_reproducible(fp32_gen: SpeculativeGenerator) -> None:
