@@ -19,6 +19,7 @@ import torch
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.data import load_items
+from ngram_trie_rag.bench.methods import run_vanilla
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench" / "rag.jsonl"
 METHODS = ("none", "chain", "trie")
@@ -32,11 +33,13 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--generate", action="store_true",
+                   help="also compare every method with model.generate(do_sample=False)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     gen = SpeculativeGenerator.from_pretrained(dtype=args.dtype, engine=args.engine)
-    agree = 0
+    agree, with_generate = 0, dict.fromkeys(METHODS, 0)
     items = load_items(args.data, limit=args.limit)
     for item in items:
         request = item.request(gen.tokenizer)
@@ -54,9 +57,19 @@ def main() -> None:
             line.append(f"{method}: {verdict} ({time.perf_counter() - start:.1f} s, "
                         f"accepted {result.stats.mean_accept_length:.2f})")
         agree += all(t == tokens["none"] for t in tokens.values())
+        if args.generate:
+            reference = run_vanilla(gen, gen.encode_prompt(request.prompt),
+                                    args.max_new_tokens, 0.0).token_ids
+            same = [m for m in METHODS if tokens[m] == reference]
+            for m in same:
+                with_generate[m] += 1
+            line.append(f"equal to generate: {', '.join(same) or 'no method'}")
         print(f"{item.id}: " + "; ".join(line), flush=True)
     print(f"engine {args.engine}, {args.dtype}: all three methods agree on {agree} of "
           f"{len(items)} prompts")
+    if args.generate:
+        print("equal to generate: " + ", ".join(f"{m} {n} of {len(items)}"
+                                                 for m, n in with_generate.items()))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from model_families import FAMILIES, SIZE, build, drafting_documents, random_pro
 from torch.overrides import TorchFunctionMode
 
 from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.bench.runner import compile_shapes
 from ngram_trie_rag.drafting import DraftTree
 from ngram_trie_rag.engine import Engine, LatencyCurve, static_engine
 from ngram_trie_rag.engine.staging import Staging
@@ -255,10 +256,23 @@ def test_compaction_matches_the_base_engine() -> None:
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["mistral-window", "qwen2-window", "gemma3"])
-def test_refuses_attention_windows(name: str) -> None:
-    with pytest.raises(ValueError, match="sliding or chunked"):
-        StaticEngine(build(FAMILIES[name]), compiled=False)
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_every_family_equals_generate_through_the_static_engine(name: str) -> None:
+    """The architecture matrix through the static engine (eager): sliding windows
+    (Mistral, Qwen2's windowed layer, Phi-3, Gemma 2 and 3, 64 positions here) crossed by
+    an 80-token prompt, each layer type with its own mask over the full-length cache."""
+    family = FAMILIES[name]
+    model = build(family)
+    engine = StaticEngine(model, compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
+    gen = _static_generator(model, word_tokenizer(), engine)
+    ids = random_prompt(80, seed=3)
+    expected = greedy_reference(model, ids, SMALL_NEW)
+    docs = drafting_documents(expected, seed=3)
+    for method, num_draft in (("none", None), ("chain", 3), ("trie", 8)):
+        result = gen.generate(ids, documents=docs, max_new_tokens=SMALL_NEW, method=method,
+                              num_draft=num_draft)
+        assert result.token_ids == expected, method
+    assert max(result.stats.accept_lengths) > 1  # the trie's trees were verified
 
 
 def test_refuses_rope_that_recomputes() -> None:
@@ -277,39 +291,82 @@ def test_static_engine_for_is_cached_per_model() -> None:
 
 # ---- compiled ---------------------------------------------------------------------------
 
-def _warm_up(engine: StaticEngine) -> None:
-    """Compile every step shape: the plain step and each bucket."""
-    kv, logits = engine.prefill(random_prompt(20, seed=9))
-    last = int(logits.argmax())
-    for size in (0, *engine.buckets):
-        tree = DraftTree(np.arange(2, 2 + size), np.arange(-1, size - 1),
-                         np.arange(1, size + 1))  # a chain of `size` nodes
-        inputs = engine.prepare(kv, last, tree)
-        engine.run(kv, inputs)
-        engine.commit(kv, inputs, [])
+class _CountCalls:
+    """Wraps the engine's compiled step, counting the calls that reach it."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.fn(*args)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(NO_COMPILER, reason="torch.compile on a CPU needs a C++ compiler")
-def test_compiled_equals_eager_without_recompiles() -> None:
+def test_compiled_in_the_background_equals_eager_without_recompiles() -> None:
     """A non-Llama family (Qwen2) through one compiled bucket and the plain step: two
-    graphs, each compiled once (a minute of the suite; more buckets cost more of it)."""
+    graphs, compiled on the background thread while the first answer runs eagerly, then
+    every answer runs compiled, equal to the eager engine's, with no recompilation (a
+    minute of the suite; more buckets cost more of it)."""
     model = _tiny("qwen2")
     eager = StaticEngine(model, compiled=False, buckets=(4,), curve=FLAT)
     compiled = StaticEngine(model, compiled=True, buckets=(4,), curve=FLAT)
+    assert compiled.step_sizes() == (0, 4)
+    step = compiled._compiled_fn = _CountCalls(compiled._compiled_fn)
     eager_gen = _static_generator(model, word_tokenizer(), eager)
     compiled_gen = _static_generator(model, word_tokenizer(), compiled)
-    _warm_up(compiled)
+    prompts = {seed: random_prompt(40, seed=seed) for seed in (1, 2)}
+    capacity = compiled.capacity_for(40, SMALL_NEW)
+    assert all(compiled.capacity_for(len(ids), SMALL_NEW) == capacity
+               for ids in prompts.values())
+    plain = {seed: eager_gen.generate(ids, max_new_tokens=SMALL_NEW, method="none").token_ids
+             for seed, ids in prompts.items()}
+    docs = {seed: drafting_documents(plain[seed], seed=seed) for seed in prompts}
+
+    # compiling starts before any request has a cache; the first answer runs meanwhile
+    compiled._compiler.request(capacity)
+    first = compiled_gen.generate(prompts[1], documents=docs[1], max_new_tokens=SMALL_NEW,
+                                  method="trie", num_draft=4)
+    assert first.token_ids == plain[1]
+    # as the benchmark does before it times a prompt: wait for its shapes
+    assert compile_shapes(compiled_gen, prompts[2], SMALL_NEW) > 0
+    assert compiled.warm_up(capacity, timeout=0) and compile_shapes(eager_gen, [], 1) == 0
+    assert step.calls == len(compiled.step_sizes())  # the background thread's scratch calls
     with torch.compiler.set_stance("fail_on_recompile"):
-        for seed in (1, 2):
-            ids = random_prompt(40, seed=seed)
-            plain = eager_gen.generate(ids, max_new_tokens=SMALL_NEW, method="none").token_ids
-            docs = drafting_documents(plain, seed=seed)
+        for seed, ids in prompts.items():
             for method, num_draft in (("none", None), ("chain", 3), ("trie", 4)):
-                result = compiled_gen.generate(ids, documents=docs, max_new_tokens=SMALL_NEW,
-                                               method=method, num_draft=num_draft)
-                assert result.token_ids == plain, (method, seed)
+                before = step.calls
+                result = compiled_gen.generate(ids, documents=docs[seed],
+                                               max_new_tokens=SMALL_NEW, method=method,
+                                               num_draft=num_draft)
+                assert result.token_ids == plain[seed], (method, seed)
+                assert step.calls - before == len(result.stats.accept_lengths) > 0  # every step
             assert max(result.stats.accept_lengths) > 1  # trees were verified
+
+
+def test_background_compiler_runs_each_key_once_and_reports_failures(capsys) -> None:
+    from ngram_trie_rag.engine.background_compile import BackgroundCompiler
+
+    seen = []
+
+    def compile_key(key):
+        seen.append(key)
+        if key == "bad":
+            raise RuntimeError("no kernel\nsecond line")
+
+    compiler = BackgroundCompiler(compile_key, "test shapes")
+    assert not compiler.ready(256)
+    assert compiler.wait(256, timeout=30) and compiler.ready(256)
+    assert not compiler.wait("bad", timeout=30)
+    assert compiler.failed("bad") == "RuntimeError: no kernel" and compiler.failed(256) is None
+    compiler.request(256)
+    compiler.request("bad")
+    assert compiler.wait(512, timeout=30)
+    assert seen == [256, "bad", 512]  # neither asked again
+    err = capsys.readouterr().err
+    assert "compiling the test shapes for bad failed (RuntimeError: no kernel)" in err
+    assert "they run eagerly" in err
 
 
 # ---- choosing an engine by name -------------------------------------------------------
@@ -325,6 +382,12 @@ def test_engines_by_name_and_bad_names_refused() -> None:
     assert isinstance(static, StaticEngine) and not static.compiled
     uniform = make_engine(model, "uniform")
     assert uniform.uniform == uniform.buckets[0] == 32 and uniform is not static
+    if not NO_COMPILER:
+        compiled = make_engine(model, "compiled")
+        assert compiled.compiled and compiled._compiler is not None  # in the background
+        one_shape = make_engine(model, "uniform-compiled")
+        assert one_shape.compiled and one_shape._compiler is None  # inside the request
+        assert one_shape.step_sizes() == (32,)
     with pytest.raises(ValueError, match="engine must be one of"):
         make_engine(model, "fast")
     with pytest.raises(ValueError, match="engine must be one of"):

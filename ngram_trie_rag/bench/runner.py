@@ -17,6 +17,7 @@ with degenerate text shows.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 
 import torch
@@ -52,6 +53,20 @@ def load_generator(cfg: RunConfig, generator: SpeculativeGenerator | None = None
     # previous method's run of the same prompt would make the first token free.
     generator.engine.prefixes.enabled = False
     return generator.reshaped(**draft)
+
+
+def compile_shapes(gen: SpeculativeGenerator, ids: list[int], max_new_tokens: int) -> float:
+    """Seconds spent compiling the step shapes a request of ``ids`` will run, for an
+    engine that compiles them (else 0): every timed step of a compiled engine is then a
+    compiled one, and compiling is reported apart, not inside a method's time."""
+    engine = gen.engine
+    if not getattr(engine, "compiled", False):
+        return 0.0
+    start = time.perf_counter()
+    if not engine.warm_up(engine.capacity_for(len(ids), max_new_tokens)):
+        raise RuntimeError("the compiled engine could not compile its step shapes; see "
+                           "the notice above, or run with --engine eager")
+    return time.perf_counter() - start
 
 
 def encode_item(gen: SpeculativeGenerator, item: BenchItem) -> list[int]:
@@ -97,6 +112,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
     runners = make_runners(gen, cfg.methods, cfg.num_draft, cfg.pld_num_tokens,
                            cfg.pld_max_ngram, grammar, cfg.repetition_stop)
 
+    compile_s = compile_shapes(gen, prompts[0], min(WARMUP_TOKENS, cfg.max_new_tokens))
     for _ in range(cfg.warmup):  # first-call costs (allocations, thread pools), not recorded
         for fn in runners.values():
             fn(prompts[0], items[0].documents, min(WARMUP_TOKENS, cfg.max_new_tokens), 0.0)
@@ -106,6 +122,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
     bar = tqdm(list(zip(items, prompts, strict=True)), desc="bench", unit="prompt",
                disable=not progress)
     for i, (item, ids) in enumerate(bar):
+        compile_s += compile_shapes(gen, ids, cfg.max_new_tokens)
         prefill = measure_prefill(gen, ids)  # vanilla always runs: it is the reference
         done: dict[str, Run] = {}
         for name in rotated(cfg.methods, i):
@@ -145,6 +162,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         "grammar": cfg.grammar,
         "repetition_stop": cfg.repetition_stop,
         "warmup": cfg.warmup,
+        "compile_s": compile_s,  # a compiled engine's shapes, compiled before the timing
         "latency_curve": gen.latency_curve.source,  # measured, refined or probed (default)
         "background_load": cfg.background_load,  # processes spinning beside the run
         "drafter": {"n": cfg.n, "prefix_len": cfg.prefix_len, "num_draft": cfg.num_draft,

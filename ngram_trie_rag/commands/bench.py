@@ -35,8 +35,10 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                    help="what runs the speculative methods' forwards: eager (the buffered "
                         "cache and the CPU fast paths), static (a preallocated cache, trees "
                         "padded to fixed sizes), compiled (static, torch.compile and CUDA "
-                        "graphs; minutes of compiling first), auto (the engine's choice: "
-                        "eager; default)")
+                        "graphs; each prompt's shapes compiled before it is timed, the "
+                        "seconds reported as compile_s), uniform (static, every step 32 "
+                        "nodes: bf16 methods agree), uniform-compiled, auto (the engine's "
+                        "choice: eager; default)")
     p.add_argument("--background-load", type=int, default=0, metavar="N",
                    help="run N CPU-spinning processes beside the whole run, to measure "
                         "on a busy host (default 0)")

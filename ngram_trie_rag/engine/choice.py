@@ -5,10 +5,14 @@
 - ``static``: :class:`~ngram_trie_rag.engine.static_engine.StaticEngine` run eagerly: a
   preallocated cache and trees padded to fixed sizes.
 - ``compiled``: the static engine with its step compiled (``torch.compile``, CUDA graphs
-  on CUDA), one graph per tree size, compiled on first use.
+  on CUDA), one graph per tree size and cache size, compiled on a background thread while
+  requests run eagerly (a request runs wholly compiled once all its shapes are ready).
 - ``uniform``: the static engine with every step, plain ones included, padded to
   :data:`~ngram_trie_rag.engine.engine_names.UNIFORM_NODES` nodes: one step shape, so in
   bf16 the drafting methods give the same tokens as plain decoding (see ``static_engine``).
+- ``uniform-compiled``: ``uniform`` with its one step shape compiled, on first use inside
+  the request (not in the background: an answer switching from eager to compiled kernels
+  would depend in bf16 on when the compile finished).
 - ``auto``: the engine's own choice. Measured on a 2-core CPU, the static engine's steps
   cost more than the eager engine's (attention over the whole preallocated cache, no
   CPU fast paths) and compiling does not win that back, so ``auto`` is ``eager``; on a
@@ -39,4 +43,6 @@ def make_engine(model: torch.nn.Module, name: str) -> Engine:
 
     if name == "uniform":
         return static_engine_for(model, uniform=UNIFORM_NODES)
+    if name == "uniform-compiled":
+        return static_engine_for(model, compiled=True, uniform=UNIFORM_NODES, background=False)
     return static_engine_for(model, compiled=name == "compiled")

@@ -27,7 +27,10 @@ class Staging:
         self._event: torch.cuda.Event | None = None
         self._allocate(size)
 
+    @torch.inference_mode(False)
     def _allocate(self, size: int) -> None:
+        """Normal tensors, also when a step inside inference mode grows the buffer: a
+        compiled step's guards tell an inference tensor from a normal one."""
         on_cpu = self.device.type == "cpu"
         pinned = self.device.type == "cuda"
         self._staging = torch.empty(size, dtype=torch.int64, pin_memory=pinned)

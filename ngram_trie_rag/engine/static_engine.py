@@ -20,7 +20,16 @@ price of a ``U``-node tree, which a GPU barely notices and a CPU does.
 
 With ``compiled=True`` the step's forward goes through
 ``torch.compile(fullgraph=True, dynamic=False)`` (``mode="reduce-overhead"`` on CUDA):
-one graph per shape, compiled on first use. Prefill always runs eagerly.
+one graph per shape (tree bucket and cache size). Prefill always runs eagerly. By
+default (``background=True``) compiling never holds an answer: a request whose cache
+size has shapes not yet compiled runs its steps eagerly, and asks a background thread
+(:mod:`~ngram_trie_rag.engine.background_compile`) to compile all of them on scratch
+inputs; requests that start once they are ready run compiled. A request runs wholly
+eager or wholly compiled, never a mix, so its answer does not depend on when a compile
+finished (in fp32 both give ``generate``'s tokens; in bf16 they may part at a near-tie).
+:meth:`StaticEngine.warm_up` compiles a cache size's shapes and waits for them, as a
+benchmark does before it times. ``background=False`` compiles each shape on first use,
+inside the request.
 
 Capacity: ``prefill(ids, capacity=None)`` needs ``len(ids) + max_new_tokens + largest
 bucket + 1`` positions (``max_new_tokens`` as given to the engine, 1,024 by default, cut
@@ -31,17 +40,26 @@ request that outgrows its cache mid-way raises ValueError: build the engine with
 ``max_new_tokens`` or ``capacity``. One request at a time uses the cache (the engine's
 lock serialises generations); the previous request's prefix is not reused.
 
-Models served: attention over a full-length cache in every layer (no sliding or chunked
-windows), a rotary embedding that does not change with the sequence length, attention
-implementation ``sdpa`` (boolean mask) or ``eager`` (additive float mask), one device.
-Anything else raises ValueError when the engine is built.
+Sliding and chunked windows (Mistral, Qwen2's windowed layers, Phi-3, Gemma 2 and 3):
+every layer keeps the whole sequence in a full-length buffer, so a row's column is its
+position in every layer and compaction is the same for all; each layer type gets its own
+mask over that buffer, its window applied by position on the device (a draft node's
+window ends at its own position, as in :mod:`~ngram_trie_rag.engine.tree_attention`).
+A sliding layer thus holds more keys than ``generate``'s ring buffer, and attends to the
+same ones.
+
+Models served: a rotary embedding that does not change with the sequence length,
+attention implementation ``sdpa`` (boolean mask) or ``eager`` (additive float mask), one
+device. Anything else raises ValueError when the engine is built.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,10 +68,11 @@ import torch
 from ..drafting.draft_tree import DraftTree
 from . import gqa_attention, linear_layout
 from .attention_windows import FULL, attention_windows
+from .background_compile import BackgroundCompiler
 from .device_accept import DeviceTree
 from .engine import KV, Engine, StepInputs
 from .kv_cache import cache_kwargs
-from .latency import LatencyCurve
+from .latency import LatencyCurve, sync_device
 from .prefix_reuse import PrefixKeeper
 from .rope_limits import rope_limit
 from .staging import Staging
@@ -65,6 +84,14 @@ CAPACITY_STEP = 256  # cache sizes are rounded up to a multiple of this
 _BOOL_MASK_ATTENTION = (None, "sdpa", gqa_attention.NAME)  # SDPA reads a boolean mask
 
 
+@dataclass
+class StaticKV(KV):
+    """A request's cache in the static engine, and whether its steps run compiled."""
+
+    compiled: bool = False
+    columns: torch.Tensor | None = None  # (capacity,) the key position of each column
+
+
 class StaticEngine(Engine):
     """Verification forwards over a preallocated :class:`~transformers.StaticCache`,
     eager or compiled (``compiled``), trees padded to ``buckets``.
@@ -74,20 +101,18 @@ class StaticEngine(Engine):
     capacity is sized per request. ``curve`` pins the latency curve as for
     :class:`Engine`. The latency curve, draft depth limits, lock and thread reporting
     behave as the base engine's; the model is not switched to other attention or linear
-    variants.
+    variants. ``background``: compile shapes on a background thread while requests run
+    eagerly (see the module's notes).
     """
 
     def __init__(self, model: torch.nn.Module, lock: threading.Lock | None = None, *,
                  capacity: int | None = None, compiled: bool = False,
                  buckets: tuple[int, ...] = BUCKETS, curve: LatencyCurve | None = None,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                 uniform: int | None = None) -> None:
+                 uniform: int | None = None, background: bool = True) -> None:
         check_supported(model)
         family = f"{type(model).__name__} (model_type {getattr(model.config, 'model_type', '?')!r})"
         windows = attention_windows(model.config)
-        if any(window != FULL for _, window in windows.by_type):
-            raise ValueError(f"{family} has sliding or chunked attention windows; the static "
-                             "engine serves full attention only. Use Engine.")
         if rope_limit(model) is not None:
             raise ValueError(f"{family} uses a rotary embedding that changes with the sequence "
                              "length (the cache would be recomputed); the static engine "
@@ -135,10 +160,11 @@ class StaticEngine(Engine):
         self.bool_mask = attention in _BOOL_MASK_ATTENTION
         self._keyword = next(iter(cache_kwargs(model, None)))  # "cache" or "past_key_values"
         self._cache: Any = None  # the StaticCache, reused while large enough
-        self._columns: torch.Tensor | None = None  # (capacity,) key positions
+        self._columns: torch.Tensor | None = None  # (capacity,) key positions of the cache
         self._staging = Staging(model.device)
         self._cudagraphs = compiled and model.device.type == "cuda"
         self._compiled_fn = None
+        self._compiler = None  # compiles a cache size's shapes off the request path
         if compiled:
             config = torch._dynamo.config
             # every shape at a few capacities, for each engine (they share one code object)
@@ -149,6 +175,9 @@ class StaticEngine(Engine):
             self._compiled_fn = torch.compile(
                 self._forward, fullgraph=True, dynamic=False,
                 mode="reduce-overhead" if self._cudagraphs else None)
+            if background:
+                self._compiler = BackgroundCompiler(self._compile_shapes,
+                                                    "static engine's step shapes")
 
     def refine_curve(self, seconds) -> None:
         """Not taken: this engine's steps (padded, over the whole cache) cost what they
@@ -164,6 +193,11 @@ class StaticEngine(Engine):
         new = max(1, min(limit, window - prompt_len))
         return prompt_len + new + max(self.buckets) + 1
 
+    def capacity_for(self, prompt_len: int, new_tokens: int | None = None) -> int:
+        """The cache size :meth:`prefill` gives such a request (the engine's ``capacity``,
+        else the needed one rounded up): the size whose shapes it runs."""
+        return self.capacity or _round_up(self.needed_capacity(prompt_len, new_tokens))
+
     def _cache_for(self, capacity: int):
         """The kept cache when it holds ``capacity`` positions, else a new one."""
         cache = self._cache
@@ -172,13 +206,23 @@ class StaticEngine(Engine):
                 if layer.is_initialized:
                     layer.cumulative_length.fill_(0)
             return cache
-        from transformers import StaticCache
-
         self._cache = self._columns = None  # the old buffers go before the new ones come
-        cache = StaticCache(config=self.model.config, max_cache_len=capacity)
+        cache = self._new_cache(capacity)
         self._cache = cache
         self._columns = torch.arange(capacity, device=self.model.device)
         return cache
+
+    def _new_cache(self, capacity: int):
+        """A cache of ``capacity`` positions with a full-length buffer in every layer,
+        windowed ones included (see the module's notes)."""
+        from transformers import StaticCache
+        from transformers.cache_utils import Cache, StaticLayer
+
+        if self.windows.uniform and self.windows.by_type[0][1] == FULL:
+            return StaticCache(config=self.model.config, max_cache_len=capacity)
+        text = self.model.config.get_text_config(decoder=True)
+        return Cache(layers=[StaticLayer(max_cache_len=capacity)
+                             for _ in range(text.num_hidden_layers)])
 
     # ---- the steps --------------------------------------------------------------------
     @torch.inference_mode()
@@ -190,18 +234,64 @@ class StaticEngine(Engine):
         logits (V,) after its last token. Every step attends over the whole cache, so a
         cache sized to the request is a faster one."""
         if capacity is None:
-            capacity = self.capacity or _round_up(self.needed_capacity(len(ids), new_tokens))
+            capacity = self.capacity_for(len(ids), new_tokens)
         if len(ids) + 2 + max(self.buckets) > capacity:
             raise ValueError(f"a prompt of {len(ids)} tokens needs a cache of more than "
                              f"{capacity} positions")
         cache = self._cache_for(capacity)
         out = self.model(input_ids=torch.tensor([ids], device=self.model.device),
                          **{self._keyword: cache}, use_cache=True, logits_to_keep=1)
-        kv = KV(cache, len(ids), list(ids))
+        compiled = self._compiled_fn is not None
+        if self._compiler is not None:  # compiled only once all its shapes are
+            compiled = self._compiler.ready(capacity)
+            if not compiled:
+                self._compiler.request(capacity)
+        kv = StaticKV(cache, len(ids), list(ids), compiled=compiled, columns=self._columns)
         return kv, out.logits[0, -1]
 
+    # ---- compiling --------------------------------------------------------------------
+    def step_sizes(self) -> tuple[int, ...]:
+        """The padded node counts of every step shape (0: the plain step)."""
+        return (self.uniform,) if self.uniform is not None else (0, *self.buckets)
+
+    def warm_up(self, capacity: int, timeout: float | None = None) -> bool:
+        """Compile every step shape of a ``capacity``-position cache and wait for them
+        (at most ``timeout`` seconds): True when requests of that size now run compiled.
+        False for an engine that does not compile."""
+        if self._compiled_fn is None:
+            return False
+        if self._compiler is None:
+            self._compile_shapes(capacity)
+            return True
+        return self._compiler.wait(capacity, timeout)
+
+    def _compile_shapes(self, capacity: int) -> None:
+        """Call the compiled step once per shape of a ``capacity``-position cache, on
+        scratch inputs made as a request's are (its own cache and staging buffer, so it
+        runs beside a request without touching its state, and hits the same guards)."""
+        device = self.model.device
+        staging = Staging(device)
+        on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+        with on_device, torch.inference_mode():  # a thread starts on CUDA device 0
+            cache = self._new_cache(capacity)
+            self.model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device),
+                       **{self._keyword: cache}, use_cache=True, logits_to_keep=1)
+            kv = StaticKV(cache, 1, [0], columns=torch.arange(capacity, device=device))
+            for size in self.step_sizes():
+                tree = DraftTree(np.arange(2, 2 + size), np.arange(-1, size - 1),
+                                 np.arange(1, size + 1))  # a chain of `size` nodes
+                inputs = self._prepare(kv, 0, tree, staging)
+                self._compiled_fn(inputs.ids, inputs.positions, inputs.mask, cache)
+                sync_device(device)
+                for layer in cache.layers:  # the next shape writes at position 1 again
+                    layer.cumulative_length.fill_(1)
+
     @torch.inference_mode()
-    def prepare(self, kv: KV, last: int, tree: DraftTree) -> StepInputs:
+    def prepare(self, kv: StaticKV, last: int, tree: DraftTree) -> StepInputs:
+        """See :meth:`_prepare`."""
+        return self._prepare(kv, last, tree, self._staging)
+
+    def _prepare(self, kv: StaticKV, last: int, tree: DraftTree, staging: Staging) -> StepInputs:
         """Inputs of the forward verifying ``tree`` padded to its bucket: ids (1, Q),
         positions ``kv.length + depth`` (1, Q) and the mask (1, 1, Q, capacity) over the
         whole cache (the committed prefix, then each row's ancestors in the tree).
@@ -227,20 +317,47 @@ class StaticEngine(Engine):
             raise ValueError(f"the cache of {capacity} positions is full ({past} cached, "
                              f"a step of {q}); build the engine with a larger "
                              "max_new_tokens or capacity")
-        ids, positions, block = self._staging.upload(tokens[None], depths[None] + past, block)
+        ids, positions, block = staging.upload(tokens[None], depths[None] + past, block)
         block = block.bool()  # (Q, Q)
-        visible = (self._columns < past).expand(q, capacity).clone()  # (Q, capacity)
+        visible = (kv.columns < past).expand(q, capacity).clone()  # (Q, capacity)
         visible[:, past:past + q] = block
-        if self.bool_mask:
-            mask = visible[None, None]
-        else:
-            mask = torch.zeros((1, 1, q, capacity), dtype=self.model.dtype,
-                               device=self.model.device)
-            mask.masked_fill_(~visible, torch.finfo(self.model.dtype).min)
+        mask = self._masks(visible, kv.columns, positions[0], past)
         on_device = DeviceTree(ids[0, 1:1 + n], block[:1 + n, :1 + n],
                                positions[0, 1:1 + n] - past, tree.max_depth)
         return StepInputs(ids, positions, mask, "stock", False, n, [last, *tree.tokens.tolist()],
                           tree=on_device)
+
+    def _masks(self, visible: torch.Tensor, columns: torch.Tensor, positions: torch.Tensor,
+               past: int) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The (1, 1, Q, capacity) mask(s) from ``visible`` (Q, capacity), the prefix and
+        ancestors each row sees: one when every layer attends alike, else one per layer
+        type with its window applied by position (query ``positions`` (Q,); the key in
+        column c sits at position c, a tree node's at its own position)."""
+        by_window: dict = {}
+        for _, window in self.windows.by_type:
+            if window in by_window:
+                continue
+            reach = visible
+            if window != FULL:
+                keys = columns.clone()
+                keys[past:past + positions.numel()] = positions
+                query, key = positions[:, None], keys[None, :]
+                if window.kind == "sliding":
+                    reach = visible & (query - key < window.size)
+                else:  # chunked
+                    reach = visible & (query // window.size == key // window.size)
+            by_window[window] = self._mask(reach)
+        if len(by_window) == 1:
+            return next(iter(by_window.values()))
+        return {layer_type: by_window[window] for layer_type, window in self.windows.by_type}
+
+    def _mask(self, visible: torch.Tensor) -> torch.Tensor:
+        """(Q, capacity) bool -> the (1, 1, Q, capacity) mask the attention reads."""
+        if self.bool_mask:
+            return visible[None, None]
+        q, capacity = visible.shape
+        mask = torch.zeros((1, 1, q, capacity), dtype=self.model.dtype, device=self.model.device)
+        return mask.masked_fill_(~visible, torch.finfo(self.model.dtype).min)
 
     def _bucket(self, n: int) -> int:
         """The padded node count of an ``n``-node tree: its bucket, or ``n`` itself when
@@ -257,12 +374,12 @@ class StaticEngine(Engine):
         return bucket_for(n, self.buckets)
 
     @torch.inference_mode()
-    def run(self, kv: KV, inputs: StepInputs) -> torch.Tensor:
+    def run(self, kv: StaticKV, inputs: StepInputs) -> torch.Tensor:
         """Logits (1 + N, V) of the real rows; all Q rows' keys and values are written at
         ``kv.length ..`` in the cache (the padding's are never visible and get overwritten)."""
         q = inputs.ids.shape[1]
         oversized = q - 1 > max(self.buckets)
-        if self._compiled_fn is not None and not oversized:
+        if kv.compiled and not oversized:
             logits = self._compiled_fn(inputs.ids, inputs.positions, inputs.mask, kv.cache)
             if self._cudagraphs:  # the graph's output buffer is reused by the next replay
                 logits = logits.clone()
@@ -319,13 +436,14 @@ _STATIC_GUARD = threading.Lock()
 
 
 def static_engine_for(model: torch.nn.Module, compiled: bool = False,
-                      uniform: int | None = None) -> StaticEngine:
-    """The one static engine of ``model`` per (``compiled``, ``uniform``): generators
-    sharing it share its lock, cache and compiled graphs."""
+                      uniform: int | None = None, background: bool = True) -> StaticEngine:
+    """The one static engine of ``model`` per (``compiled``, ``uniform``, ``background``):
+    generators sharing it share its lock, cache and compiled graphs."""
+    key = (compiled, uniform, background)
     with _STATIC_GUARD:
         engines = _STATIC.setdefault(model, {})
-        engine = engines.get((compiled, uniform))
+        engine = engines.get(key)
         if engine is None:
-            engine = engines[compiled, uniform] = StaticEngine(
-                model, threading.Lock(), compiled=compiled, uniform=uniform)
+            engine = engines[key] = StaticEngine(model, threading.Lock(), compiled=compiled,
+                                                 uniform=uniform, background=background)
         return engine

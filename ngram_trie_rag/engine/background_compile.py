@@ -1,0 +1,81 @@
+"""Compile step shapes on a background thread, so that compiling never holds an answer.
+
+``torch.compile`` compiles a graph on its first call, and a first call takes 10-60 s per
+shape (Inductor's code generation and C++ or Triton builds). A static engine needs a
+graph per (tree bucket, cache size), so compiling on first use would stall the first
+answers for minutes. Instead the engine asks for a cache size's shapes here and keeps
+answering eagerly; one daemon thread compiles them by calling the compiled step on
+scratch inputs of the same shapes, and the engine switches to the compiled step for the
+requests that start once every shape of their cache size is ready.
+
+Inductor keeps what it compiled in its on-disk cache (``TORCHINDUCTOR_CACHE_DIR``), so
+the next process pays only for tracing, a few seconds a shape.
+
+A key that fails to compile stays eager, with a one-line notice on stderr; it is not
+retried.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+from collections.abc import Callable, Hashable
+
+
+class BackgroundCompiler:
+    """Runs ``compile_key(key)`` once per requested key, in request order, on one daemon
+    thread. ``ready(key)`` is True once it has returned."""
+
+    def __init__(self, compile_key: Callable[[Hashable], None], what: str = "shapes") -> None:
+        self._compile_key = compile_key
+        self._what = what
+        self._queue: queue.Queue = queue.Queue()
+        self._ready: set[Hashable] = set()
+        self._failed: dict[Hashable, str] = {}
+        self._requested: set[Hashable] = set()
+        self._done = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+
+    def ready(self, key: Hashable) -> bool:
+        return key in self._ready
+
+    def failed(self, key: Hashable) -> str | None:
+        """Why ``key`` could not be compiled, or None."""
+        return self._failed.get(key)
+
+    def request(self, key: Hashable) -> None:
+        """Queue ``key`` unless it was asked for before (ready, failed or pending)."""
+        with self._guard:
+            if key in self._requested:
+                return
+            self._requested.add(key)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="ngram-trie-rag-compile",
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put(key)
+
+    def wait(self, key: Hashable, timeout: float | None = None) -> bool:
+        """Request ``key`` and block until it is compiled (True) or failed or ``timeout``
+        seconds passed (False)."""
+        self.request(key)
+        with self._done:
+            self._done.wait_for(lambda: key in self._ready or key in self._failed, timeout)
+        return key in self._ready
+
+    def _work(self) -> None:
+        while True:
+            key = self._queue.get()
+            try:
+                self._compile_key(key)
+            except Exception as exc:  # noqa: BLE001 - any failure leaves the key eager
+                self._failed[key] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                if threading.main_thread().is_alive():  # not the interpreter shutting down
+                    print(f"ngram-trie-rag: compiling the {self._what} for {key} failed "
+                          f"({self._failed[key]}); they run eagerly", file=sys.stderr)
+            else:
+                self._ready.add(key)
+            with self._done:
+                self._done.notify_all()

@@ -1,0 +1,192 @@
+"""The compiled static engine across model families: exactness, then speed.
+
+``--check`` (tiny random models of every family in the tests' architecture matrix):
+per family, the compiled engine's ``plain``, ``chain`` and ``trie`` tokens against the
+eager static engine's plain decoding (must be identical) and against
+``generate(do_sample=False)`` (reported: compiled kernels may round differently), with
+the seconds the two shapes took to compile.
+
+``--speed`` (random weights in the default model's dimensions, Llama-, Qwen2-, Mistral-
+and Gemma-3-shaped): plain decoding's ms per token through the eager engine (today's
+path: the direct Llama step or the model's modules), the static engine run eagerly and
+compiled (shapes compiled before the timing), beside the time of the model's linear
+layers alone (one matrix-vector product per weight: reading every weight once, the
+floor of any one-token step on this host).
+
+    HF_HUB_OFFLINE=1 python scripts/compiled_families.py --check
+    HF_HUB_OFFLINE=1 python scripts/compiled_families.py --speed --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers as tf
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from model_families import (  # noqa: E402 - the tests' helpers
+    FAMILIES,
+    build,
+    drafting_documents,
+    random_prompt,
+    word_tokenizer,
+)
+
+from ngram_trie_rag import SpeculativeGenerator  # noqa: E402
+from ngram_trie_rag.engine import Engine, LatencyCurve  # noqa: E402
+from ngram_trie_rag.engine.static_engine import StaticEngine  # noqa: E402
+from ngram_trie_rag.reference import greedy_reference  # noqa: E402
+
+FLAT = LatencyCurve({q: 0.01 for q in (1, 2, 3, 5, 9, 17, 33)}, {}, pack_single=False)
+
+
+def check(names: list[str], new_tokens: int) -> None:
+    agree = 0
+    for name in names:
+        model = build(FAMILIES[name])
+        eager = SpeculativeGenerator(model, word_tokenizer(), engine=StaticEngine(
+            model, compiled=False, buckets=(4,), curve=FLAT))
+        engine = StaticEngine(model, compiled=True, buckets=(4,), curve=FLAT)
+        compiled = SpeculativeGenerator(model, word_tokenizer(), engine=engine)
+        ids = random_prompt(80, seed=3)
+        plain = eager.generate(ids, max_new_tokens=new_tokens, method="none").token_ids
+        docs = drafting_documents(plain, seed=3)
+        start = time.perf_counter()
+        if not engine.warm_up(engine.capacity_for(len(ids), new_tokens)):
+            print(f"{name:18s} did not compile (see above)", flush=True)
+            continue
+        compile_s = time.perf_counter() - start
+        reference = greedy_reference(model, ids, new_tokens)
+        verdicts = []
+        for method, num_draft in (("none", None), ("chain", 3), ("trie", 4)):
+            got = compiled.generate(ids, documents=docs, max_new_tokens=new_tokens,
+                                    method=method, num_draft=num_draft).token_ids
+            verdicts.append((method, got == plain, got == reference))
+        same = all(v[1] for v in verdicts)
+        agree += same
+        print(f"{name:18s} compiled == eager plain: "
+              + ", ".join(f"{m} {'yes' if s else 'NO'}" for m, s, _ in verdicts)
+              + "; == generate: " + ", ".join(f"{m} {'yes' if g else 'no'}"
+                                             for m, _, g in verdicts)
+              + f"; compiled 2 shapes in {compile_s:.0f} s", flush=True)
+    print(f"compiled plain, chain and trie equal eager plain decoding on {agree} of "
+          f"{len(names)} families")
+
+
+def shaped(kind: str) -> torch.nn.Module:
+    """A random model of ``kind`` in the default model's dimensions (fp32, eval)."""
+    from ngram_trie_rag.loading import default_model_dir
+
+    base = tf.AutoConfig.from_pretrained(default_model_dir())
+    dims = {k: getattr(base, k) for k in (
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
+        "rms_norm_eps", "tie_word_embeddings")}
+    configs = {
+        "llama": lambda: tf.LlamaConfig(**dims),
+        "qwen2": lambda: tf.Qwen2Config(**dims),
+        "mistral": lambda: tf.MistralConfig(**dims, sliding_window=None),
+        "gemma3": lambda: tf.Gemma3TextConfig(**dims, head_dim=dims["hidden_size"]
+                                              // dims["num_attention_heads"],
+                                              sliding_window=512),
+    }
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(configs[kind]())
+    model.set_attn_implementation("sdpa")
+    return model.eval()
+
+
+@torch.inference_mode()
+def linear_floor_ms(model: torch.nn.Module, repeats: int) -> float:
+    """One (1, in) @ W.T per linear layer (the output head included): the weight reads
+    of a one-token step with nothing else."""
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = [torch.randn(1, m.in_features) for m in layers]
+
+    def once() -> None:
+        for m, x in zip(layers, inputs, strict=True):
+            torch.nn.functional.linear(x, m.weight)
+
+    once()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        once()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def decode_ms(gen: SpeculativeGenerator, ids: list[int], new_tokens: int,
+              repeats: int) -> tuple[float, list[int]]:
+    """Median decode ms per token of plain decoding (prefill excluded), and its tokens."""
+    per_token, tokens = [], []
+    for _ in range(repeats):
+        result = gen.generate(ids, max_new_tokens=new_tokens, method="none",
+                              repetition_stop=None)
+        per_token.append(1000 * result.stats.decode_s / max(len(result.token_ids) - 1, 1))
+        tokens = result.token_ids
+    return statistics.median(per_token), tokens
+
+
+def speed(kinds: list[str], prompt_len: int, new_tokens: int, repeats: int) -> None:
+    from transformers import AutoTokenizer
+
+    from ngram_trie_rag.loading import default_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
+    print(f"threads {torch.get_num_threads()}, prompt {prompt_len} tokens, "
+          f"{new_tokens} new tokens, median of {repeats}")
+    print("| shape | eager engine ms/token | static, eager | static, compiled | "
+          "compiled vs eager engine | linear layers alone | eager engine / floor | "
+          "compile s | compiled tokens == eager engine's |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for kind in kinds:
+        model = shaped(kind)
+        ids = random_prompt(prompt_len, seed=1, vocab_size=model.config.vocab_size)
+        eager = SpeculativeGenerator(model, tokenizer, engine=Engine(model))
+        static = SpeculativeGenerator(model, tokenizer, engine=StaticEngine(model))
+        engine = StaticEngine(model, compiled=True)
+        compiled = SpeculativeGenerator(model, tokenizer, engine=engine)
+        start = time.perf_counter()
+        if not engine.warm_up(engine.capacity_for(prompt_len, new_tokens)):
+            print(f"| {kind} | did not compile (see above) |", flush=True)
+            continue
+        compile_s = time.perf_counter() - start
+        eager_ms, eager_tokens = decode_ms(eager, ids, new_tokens, repeats)
+        static_ms, _ = decode_ms(static, ids, new_tokens, repeats)
+        compiled_ms, compiled_tokens = decode_ms(compiled, ids, new_tokens, repeats)
+        floor = linear_floor_ms(model, 20)
+        print(f"| {kind} | {eager_ms:.1f} | {static_ms:.1f} | {compiled_ms:.1f} | "
+              f"{eager_ms / compiled_ms:.2f}x | {floor:.1f} | {eager_ms / floor:.2f}x | "
+              f"{compile_s:.0f} | {compiled_tokens == eager_tokens} |", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="the tiny architecture matrix")
+    p.add_argument("--speed", action="store_true", help="default-size shapes, timed")
+    p.add_argument("--only", default="", help="comma-separated families or shapes")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--prompt-len", type=int, default=512)
+    p.add_argument("--new-tokens", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    only = [x for x in args.only.split(",") if x]
+    if args.check:
+        check(only or sorted(FAMILIES), args.new_tokens or 24)
+    if args.speed:
+        speed(only or ["llama", "qwen2", "mistral", "gemma3"], args.prompt_len,
+              args.new_tokens or 64, args.repeats)
+    if not (args.check or args.speed):
+        p.error("say --check, --speed or both")
+
+
+if __name__ == "__main__":
+    main()
