@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch._inductor.config
 import transformers as tf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -149,8 +150,9 @@ def speed(kinds: list[str], prompt_len: int, new_tokens: int, repeats: int) -> N
         model = shaped(kind)
         ids = random_prompt(prompt_len, seed=1, vocab_size=model.config.vocab_size)
         eager = SpeculativeGenerator(model, tokenizer, engine=Engine(model))
-        static = SpeculativeGenerator(model, tokenizer, engine=StaticEngine(model))
-        engine = StaticEngine(model, compiled=True)
+        # plain decoding runs one shape; the smallest bucket is the only other one compiled
+        static = SpeculativeGenerator(model, tokenizer, engine=StaticEngine(model, buckets=(1,)))
+        engine = StaticEngine(model, compiled=True, buckets=(1,))
         compiled = SpeculativeGenerator(model, tokenizer, engine=engine)
         start = time.perf_counter()
         if not engine.warm_up(engine.capacity_for(prompt_len, new_tokens)):
@@ -175,9 +177,14 @@ def main() -> None:
     p.add_argument("--prompt-len", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--inductor", default="", metavar="NAME=0|1,...",
+                   help="Inductor options to set first, e.g. freezing=1,cpp_wrapper=1")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    for option in filter(None, args.inductor.split(",")):
+        name, _, value = option.partition("=")
+        setattr(torch._inductor.config, name, value == "1")
     only = [x for x in args.only.split(",") if x]
     if args.check:
         check(only or sorted(FAMILIES), args.new_tokens or 24)

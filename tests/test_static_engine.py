@@ -345,6 +345,25 @@ def test_compiled_in_the_background_equals_eager_without_recompiles() -> None:
             assert max(result.stats.accept_lengths) > 1  # trees were verified
 
 
+def test_each_compiled_engine_compiles_its_own_copy_of_the_step() -> None:
+    """Dynamo keeps a code object's graphs in one list with a length limit: engines that
+    shared it crowded each other out after a few models and cache sizes (an error with
+    fullgraph=True). Each engine's step is a copy of the code, running the same."""
+    engine = StaticEngine(_tiny("llama"), compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
+    first, second = static_engine._own_code(engine._forward), static_engine._own_code(
+        engine._forward)
+    codes = {id(engine._forward.__code__), id(first.__code__), id(second.__code__)}
+    assert len(codes) == 3 and first.__self__ is engine
+    kv, logits = engine.prefill(random_prompt(20, seed=4))
+    inputs = engine.prepare(kv, int(logits.argmax()), DraftTree.empty())
+    with torch.inference_mode():
+        expected = engine._forward(inputs.ids, inputs.positions, inputs.mask, kv.cache)
+        for layer in kv.cache.layers:  # the step wrote its row; write it again
+            layer.cumulative_length.fill_(kv.length)
+        got = first(inputs.ids, inputs.positions, inputs.mask, kv.cache)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
 def test_background_compiler_runs_each_key_once_and_reports_failures(capsys) -> None:
     from ngram_trie_rag.engine.background_compile import BackgroundCompiler
 

@@ -56,8 +56,10 @@ device. Anything else raises ValueError when the engine is built.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import threading
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +83,7 @@ from .tree_buckets import BUCKETS, bucket_for, pad_tree
 
 DEFAULT_MAX_NEW_TOKENS = 1024
 CAPACITY_STEP = 256  # cache sizes are rounded up to a multiple of this
+MAX_CAPACITIES = 16  # cache sizes an engine keeps compiled graphs for
 _BOOL_MASK_ATTENTION = (None, "sdpa", gqa_attention.NAME)  # SDPA reads a boolean mask
 
 
@@ -167,13 +170,16 @@ class StaticEngine(Engine):
         self._compiler = None  # compiles a cache size's shapes off the request path
         if compiled:
             config = torch._dynamo.config
-            # every shape at a few capacities, for each engine (they share one code object)
-            need = 64 + 4 * (len(self.buckets) + 1)
-            for name in ("cache_size_limit", "recompile_limit"):
+            # Dynamo keeps a code object's graphs in one list with a length limit, so each
+            # engine compiles its own copy of the step's code: its graphs (every step shape
+            # at up to MAX_CAPACITIES cache sizes) never crowd out another engine's.
+            need = MAX_CAPACITIES * len(self.step_sizes())
+            for name, limit in (("cache_size_limit", need), ("recompile_limit", need),
+                                ("accumulated_recompile_limit", 16 * need)):
                 if hasattr(config, name):
-                    setattr(config, name, max(getattr(config, name), need))
+                    setattr(config, name, max(getattr(config, name), limit))
             self._compiled_fn = torch.compile(
-                self._forward, fullgraph=True, dynamic=False,
+                _own_code(self._forward), fullgraph=True, dynamic=False,
                 mode="reduce-overhead" if self._cudagraphs else None)
             if background:
                 self._compiler = BackgroundCompiler(self._compile_shapes,
@@ -194,9 +200,12 @@ class StaticEngine(Engine):
         return prompt_len + new + max(self.buckets) + 1
 
     def capacity_for(self, prompt_len: int, new_tokens: int | None = None) -> int:
-        """The cache size :meth:`prefill` gives such a request (the engine's ``capacity``,
-        else the needed one rounded up): the size whose shapes it runs."""
-        return self.capacity or _round_up(self.needed_capacity(prompt_len, new_tokens))
+        """The cache size :meth:`prefill` gives such a request, the size whose shapes it
+        runs: the engine's ``capacity``, else the needed size rounded up, or the kept
+        cache's when that is larger (it is reused)."""
+        needed = self.capacity or _round_up(self.needed_capacity(prompt_len, new_tokens))
+        kept = self._cache.layers[0].max_cache_len if self._cache is not None else 0
+        return kept if kept >= needed else needed
 
     def _cache_for(self, capacity: int):
         """The kept cache when it holds ``capacity`` positions, else a new one."""
@@ -239,6 +248,7 @@ class StaticEngine(Engine):
             raise ValueError(f"a prompt of {len(ids)} tokens needs a cache of more than "
                              f"{capacity} positions")
         cache = self._cache_for(capacity)
+        capacity = cache.layers[0].max_cache_len  # a kept larger cache is reused
         out = self.model(input_ids=torch.tensor([ids], device=self.model.device),
                          **{self._keyword: cache}, use_cache=True, logits_to_keep=1)
         compiled = self._compiled_fn is not None
@@ -416,6 +426,18 @@ class StaticEngine(Engine):
         kv.length = length
         kv.ids.append(inputs.tokens[0])
         kv.ids.extend(inputs.tokens[i] for i in path)
+
+
+_CODE_COPIES = itertools.count(1)
+
+
+def _own_code(method):
+    """``method`` bound to the same object, over a copy of its code object: Dynamo files
+    compiled graphs under the code object, so a copy gives them a list of their own."""
+    fn = method.__func__
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_{next(_CODE_COPIES)}")
+    return types.MethodType(types.FunctionType(code, fn.__globals__, code.co_name,
+                                               fn.__defaults__, fn.__closure__), method.__self__)
 
 
 def _cpp_compiler() -> str | None:
