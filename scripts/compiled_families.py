@@ -39,6 +39,7 @@ from model_families import (  # noqa: E402 - the tests' helpers
 )
 
 from ngram_trie_rag import SpeculativeGenerator  # noqa: E402
+from ngram_trie_rag.drafting import DraftTree  # noqa: E402
 from ngram_trie_rag.engine import Engine, LatencyCurve  # noqa: E402
 from ngram_trie_rag.engine.static_engine import StaticEngine  # noqa: E402
 from ngram_trie_rag.reference import greedy_reference  # noqa: E402
@@ -122,16 +123,25 @@ def linear_floor_ms(model: torch.nn.Module, repeats: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def decode_ms(gen: SpeculativeGenerator, ids: list[int], new_tokens: int,
-              repeats: int) -> tuple[float, list[int]]:
-    """Median decode ms per token of plain decoding (prefill excluded), and its tokens."""
-    per_token, tokens = [], []
-    for _ in range(repeats):
-        result = gen.generate(ids, max_new_tokens=new_tokens, method="none",
-                              repetition_stop=None)
-        per_token.append(1000 * result.stats.decode_s / max(len(result.token_ids) - 1, 1))
-        tokens = result.token_ids
-    return statistics.median(per_token), tokens
+def decode_ms(gen: SpeculativeGenerator, ids: list[int],
+              new_tokens: int) -> tuple[float, list[int]]:
+    """Decode ms per token of one plain answer (prefill excluded), and its tokens."""
+    result = gen.generate(ids, max_new_tokens=new_tokens, method="none", repetition_stop=None)
+    return 1000 * result.stats.decode_s / max(len(result.token_ids) - 1, 1), result.token_ids
+
+
+@torch.inference_mode()
+def step_ms(engine: Engine, ids: list[int], steps: int) -> float:
+    """Median ms of the engine's bare plain step (prepare, forward, argmax, commit)."""
+    kv, logits = engine.prefill(ids, steps + 1)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        inputs = engine.prepare(kv, int(logits.argmax()), DraftTree.empty())
+        logits = engine.run(kv, inputs)[0]
+        engine.commit(kv, inputs, [])
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
 
 
 def speed(kinds: list[str], prompt_len: int, new_tokens: int, repeats: int) -> None:
@@ -142,14 +152,15 @@ def speed(kinds: list[str], prompt_len: int, new_tokens: int, repeats: int) -> N
     tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
     print(f"threads {torch.get_num_threads()}, prompt {prompt_len} tokens, "
           f"{new_tokens} new tokens, median of {repeats}")
-    print("| shape | eager engine ms/token | static, eager | static, compiled | "
+    print("| shape | eager engine ms/token (bare step) | static, eager | static, compiled | "
           "compiled vs eager engine | linear layers alone | eager engine / floor | "
           "compile s | compiled tokens == eager engine's |")
     print("|---|---|---|---|---|---|---|---|---|")
     for kind in kinds:
         model = shaped(kind)
         ids = random_prompt(prompt_len, seed=1, vocab_size=model.config.vocab_size)
-        eager = SpeculativeGenerator(model, tokenizer, engine=Engine(model))
+        twin = shaped(kind)  # the same weights: the eager engine switches modules in place
+        eager = SpeculativeGenerator(twin, tokenizer, engine=Engine(twin))
         # plain decoding runs one shape; the smallest bucket is the only other one compiled
         static = SpeculativeGenerator(model, tokenizer, engine=StaticEngine(model, buckets=(1,)))
         engine = StaticEngine(model, compiled=True, buckets=(1,))
@@ -159,13 +170,23 @@ def speed(kinds: list[str], prompt_len: int, new_tokens: int, repeats: int) -> N
             print(f"| {kind} | did not compile (see above) |", flush=True)
             continue
         compile_s = time.perf_counter() - start
-        eager_ms, eager_tokens = decode_ms(eager, ids, new_tokens, repeats)
-        static_ms, _ = decode_ms(static, ids, new_tokens, repeats)
-        compiled_ms, compiled_tokens = decode_ms(compiled, ids, new_tokens, repeats)
+        gens = {"eager": eager, "static": static, "compiled": compiled}
+        runs: dict[str, list[float]] = {name: [] for name in gens}
+        steps: dict[str, list[float]] = {name: [] for name in gens}
+        tokens = {}
+        for _ in range(repeats):  # interleaved, so a change in the host hits every engine
+            for name, gen in gens.items():
+                ms, tokens[name] = decode_ms(gen, ids, new_tokens)
+                runs[name].append(ms)
+                steps[name].append(step_ms(gen.engine, ids, new_tokens))
+        ms = {name: statistics.median(v) for name, v in runs.items()}
+        step = {name: statistics.median(v) for name, v in steps.items()}
         floor = linear_floor_ms(model, 20)
-        print(f"| {kind} | {eager_ms:.1f} | {static_ms:.1f} | {compiled_ms:.1f} | "
-              f"{eager_ms / compiled_ms:.2f}x | {floor:.1f} | {eager_ms / floor:.2f}x | "
-              f"{compile_s:.0f} | {compiled_tokens == eager_tokens} |", flush=True)
+        print(f"| {kind} | {ms['eager']:.1f} ({step['eager']:.1f}) | {ms['static']:.1f} "
+              f"({step['static']:.1f}) | {ms['compiled']:.1f} ({step['compiled']:.1f}) | "
+              f"{ms['eager'] / ms['compiled']:.2f}x ({step['eager'] / step['compiled']:.2f}x) "
+              f"| {floor:.1f} | {ms['eager'] / floor:.2f}x | {compile_s:.0f} | "
+              f"{tokens['compiled'] == tokens['eager']} |", flush=True)
 
 
 def main() -> None:
@@ -176,15 +197,20 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--prompt-len", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--inductor", default="", metavar="NAME=0|1,...",
-                   help="Inductor options to set first, e.g. freezing=1,cpp_wrapper=1")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--inductor", default="", metavar="NAME=VALUE,...",
+                   help="Inductor options to set first, e.g. cpp_wrapper=1,cpp.threads=1")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     for option in filter(None, args.inductor.split(",")):
         name, _, value = option.partition("=")
-        setattr(torch._inductor.config, name, value == "1")
+        *path, leaf = name.split(".")  # e.g. cpp.threads=1
+        target = torch._inductor.config
+        for part in path:
+            target = getattr(target, part)
+        old = getattr(target, leaf)
+        setattr(target, leaf, value == "1" if isinstance(old, bool) else int(value))
     only = [x for x in args.only.split(",") if x]
     if args.check:
         check(only or sorted(FAMILIES), args.new_tokens or 24)

@@ -23,7 +23,9 @@ both ways and the generator packs only where that measured faster.
 Only the generator's own forwards switch. :func:`install` (called when a generator is
 built over a model whose modules it runs) registers one attention function and points
 the model at it once; that function is Transformers' SDPA unchanged unless the forward
-runs inside :func:`masked_gqa` in the same thread or task (a ContextVar), so anything
+runs inside :func:`masked_gqa` in the same thread or task (a ContextVar), or passes
+``gqa_packing="masked"`` down to the attention as a keyword (:data:`PACKING_KEYWORD`,
+what a compiled step does: a keyword is traced where a ContextVar is not), so anything
 else running the same model -- Hugging Face ``generate``, prompt lookup, another
 thread -- runs exactly as shipped, and no forward mutates the model.
 """
@@ -42,6 +44,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "ngram_trie_rag_sdpa"  # SDPA, packed where masked_gqa is active
+PACKING_KEYWORD = "gqa_packing"  # a forward's keyword: "masked" packs masked GQA
 _PACKING: ContextVar[str | None] = ContextVar("ngram_trie_rag_gqa", default=None)
 _INSTALL = threading.Lock()
 _INSTALLED: weakref.WeakSet = weakref.WeakSet()  # models install() has set up
@@ -88,7 +91,10 @@ def _packed(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     if (groups > 1 and query.device.type == "cpu" and dropout == 0.0 and plain
             and dim == value.shape[-1] and (masked or lone)):
         packed = query.reshape(b, heads // groups, groups * q_len, dim)
-        mask = tiled_mask(attention_mask, groups) if masked else None
+        mask = None
+        if masked:  # a compiled graph tiles it once itself (and must not read a global)
+            mask = (attention_mask.repeat(1, 1, groups, 1) if torch.compiler.is_compiling()
+                    else tiled_mask(attention_mask, groups))
         out = torch.nn.functional.scaled_dot_product_attention(packed, key, value,
                                                                attn_mask=mask, scale=scaling)
         return out.view(b, heads, q_len, dim).transpose(1, 2).contiguous(), None
@@ -115,7 +121,7 @@ def _gated(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
            **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The attention :func:`install` registers: stock SDPA, packed inside
     :func:`masked_gqa` ("masked": masked GQA; "single": single queries too)."""
-    mode = _PACKING.get()
+    mode = kwargs.pop(PACKING_KEYWORD, None) or _PACKING.get()
     if mode is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     fn = sdpa_packed_gqa if mode == "single" else sdpa_masked_gqa

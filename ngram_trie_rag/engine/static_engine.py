@@ -103,8 +103,10 @@ class StaticEngine(Engine):
     the module's notes). ``max_new_tokens``: what a request may generate when the
     capacity is sized per request. ``curve`` pins the latency curve as for
     :class:`Engine`. The latency curve, draft depth limits, lock and thread reporting
-    behave as the base engine's; the model is not switched to other attention or linear
-    variants. ``background``: compile shapes on a background thread while requests run
+    behave as the base engine's; the model's linear layers are not switched to other
+    layouts. On a CPU, grouped-query attention runs packed
+    (:mod:`~ngram_trie_rag.engine.gqa_attention`): the step passes a keyword that only
+    its own forwards carry. ``background``: compile shapes on a background thread while requests run
     eagerly (see the module's notes).
     """
 
@@ -128,9 +130,9 @@ class StaticEngine(Engine):
         if len(devices) > 1:
             raise ValueError(f"{family} is split over devices {sorted(map(str, devices))}; "
                              "the static engine needs the model on one device")
-        if compiled and (gqa_attention.installed(model) or linear_layout.installed(model)):
-            raise ValueError("this model object has the base engine's attention or linear "
-                             "variants installed; compile a freshly loaded model")
+        if compiled and linear_layout.installed(model):
+            raise ValueError("this model object has the base engine's linear variants "
+                             "installed; compile a freshly loaded model")
         if uniform is not None:
             if uniform < 1:
                 raise ValueError(f"uniform must be a positive node count, got {uniform!r}")
@@ -161,6 +163,11 @@ class StaticEngine(Engine):
             compiled = False
         self.compiled = compiled
         self.bool_mask = attention in _BOOL_MASK_ATTENTION
+        # masked grouped-query attention over the cache as stored, not repeated per head
+        self._attention_kwargs = {}
+        if gqa_attention.applies(model):
+            gqa_attention.install(model)
+            self._attention_kwargs = {gqa_attention.PACKING_KEYWORD: "masked"}
         self._keyword = next(iter(cache_kwargs(model, None)))  # "cache" or "past_key_values"
         self._cache: Any = None  # the StaticCache, reused while large enough
         self._columns: torch.Tensor | None = None  # (capacity,) key positions of the cache
@@ -400,7 +407,7 @@ class StaticEngine(Engine):
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                  cache) -> torch.Tensor:
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                         **{self._keyword: cache}, use_cache=True)
+                         **{self._keyword: cache}, use_cache=True, **self._attention_kwargs)
         return out.logits[0]
 
     @torch.inference_mode()
