@@ -46,6 +46,14 @@ def reference(retriever, fmt, rag_prompt, plain_greedy_chat):
     return answer
 
 
+@pytest.fixture
+def held_before() -> int:
+    """Registry entries held before the test: files sharing a test worker may have left
+    some (a stream abandoned before its chain ended); each test checks its own calls
+    leave none."""
+    return document_registry().size
+
+
 def retrieved_ids(retriever, question: str) -> list[str]:
     return [d.id for d in retriever.invoke(question)]
 
@@ -58,7 +66,7 @@ def drafted_ids(metadata: dict) -> list[str]:
 
 
 def test_invoke_drafts_from_the_retrieved_documents_and_equals_greedy(
-        chain, retriever, reference, recorder, hagrid):
+        chain, retriever, reference, recorder, hagrid, held_before):
     question = hagrid[1][0]
     answer = chain.invoke(question, config={"callbacks": [recorder]})
     assert answer == reference(question)
@@ -68,10 +76,10 @@ def test_invoke_drafts_from_the_retrieved_documents_and_equals_greedy(
     assert spec["steps"] == len(spec["accept_lengths"]) > 0
     assert spec["mean_accept_length"] > 1.0  # the answer copies from the passages
     assert meta["finish_reason"] in ("eos", "length")
-    assert document_registry().size == 0
+    assert document_registry().size == held_before  # this call left no entry
 
 
-def test_stream_and_astream_events(chain, retriever, reference, hagrid):
+def test_stream_and_astream_events(chain, retriever, reference, hagrid, held_before):
     """``_stream`` gets no run manager: the documents are found through the config."""
     question = hagrid[1][9]
     assert "".join(chain.stream(question)) == reference(question)
@@ -85,22 +93,23 @@ def test_stream_and_astream_events(chain, retriever, reference, hagrid):
 
     meta = asyncio.run(last_model_chunk())
     assert drafted_ids(meta) == retrieved_ids(retriever, question)
-    assert document_registry().size == 0
+    assert document_registry().size == held_before  # this call left no entry
 
 
 def test_batch_gives_each_question_its_own_documents(chain, retriever, reference, recorder,
-                                                      hagrid):
+                                                      hagrid, held_before):
     questions = hagrid[1][2:6]
     answers = chain.batch(questions, config={"callbacks": [recorder]})
     assert answers == [reference(q) for q in questions]
     for question in questions:
         assert drafted_ids(recorder.by_question[question]) == retrieved_ids(retriever, question)
     assert len({tuple(retrieved_ids(retriever, q)) for q in questions}) > 1
-    assert document_registry().size == 0
+    assert document_registry().size == held_before  # this call left no entry
 
 
 async def test_eight_concurrent_ainvokes_stay_isolated(retriever, fmt, rag_prompt,
-                                                       reference, recorder, hagrid):
+                                                       reference, recorder, hagrid,
+                                                       held_before):
     questions = hagrid[1][:8]
     assert len(questions) == 8
     chain = rag_chain(retriever, fmt, rag_prompt, ChatNGramTrie(max_tokens=SHORT))
@@ -112,4 +121,4 @@ async def test_eight_concurrent_ainvokes_stay_isolated(retriever, fmt, rag_promp
     # questions whose reference the batch test already computed).
     for question, answer in zip(questions[2:6], answers[2:6], strict=True):
         assert answer and reference(question).startswith(answer)
-    assert document_registry().size == 0
+    assert document_registry().size == held_before  # this call left no entry
