@@ -106,8 +106,8 @@ class StaticEngine(Engine):
     behave as the base engine's; the model's linear layers are not switched to other
     layouts. On a CPU, grouped-query attention runs packed
     (:mod:`~ngram_trie_rag.engine.gqa_attention`): the step passes a keyword that only
-    its own forwards carry. ``background``: compile shapes on a background thread while requests run
-    eagerly (see the module's notes).
+    its own forwards carry. ``background``: compile shapes on a background thread while
+    requests run eagerly (see the module's notes).
     """
 
     def __init__(self, model: torch.nn.Module, lock: threading.Lock | None = None, *,
@@ -350,19 +350,17 @@ class StaticEngine(Engine):
         ancestors each row sees: one when every layer attends alike, else one per layer
         type with its window applied by position (query ``positions`` (Q,); the key in
         column c sits at position c, a tree node's at its own position)."""
+        keys = None  # (capacity,) each column's key position, when a window needs it
         by_window: dict = {}
         for _, window in self.windows.by_type:
             if window in by_window:
                 continue
             reach = visible
             if window != FULL:
-                keys = columns.clone()
-                keys[past:past + positions.numel()] = positions
-                query, key = positions[:, None], keys[None, :]
-                if window.kind == "sliding":
-                    reach = visible & (query - key < window.size)
-                else:  # chunked
-                    reach = visible & (query // window.size == key // window.size)
+                if keys is None:
+                    keys = columns.clone()
+                    keys[past:past + positions.numel()] = positions
+                reach = visible & window.visible(positions, keys)  # the rule, on tensors
             by_window[window] = self._mask(reach)
         if len(by_window) == 1:
             return next(iter(by_window.values()))
