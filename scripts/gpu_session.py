@@ -225,10 +225,11 @@ def _bench(result: Path, model: Path, data: Path, device: torch.device, dtype: s
     print(f"{result.name}: exit {code}, {time.perf_counter() - start:.1f} s", flush=True)
 
 
-def gpu_tests(out: Path, model: Path | None) -> None:
+def gpu_tests(out: Path, model: Path | None, select: str = "") -> None:
     """The tests marked ``gpu`` (what ``make test-gpu`` runs), with ``model`` (the GGUF,
-    or a folder of random weights) instead of the packaged model when given; pytest's
-    report in ``tests.txt``. Where there is no CUDA every test skips with its reason."""
+    or a folder of random weights) instead of the packaged model when given, only those
+    pytest's ``-k`` expression ``select`` names when given; pytest's report in
+    ``tests.txt``. Where there is no CUDA every test skips with its reason."""
     import subprocess
 
     env = {**os.environ, "NGRAM_TRIE_RAG_TEST_GPU": "1",
@@ -236,11 +237,15 @@ def gpu_tests(out: Path, model: Path | None) -> None:
                                                       os.environ.get("PYTHONPATH")]))}
     if model is not None:
         env["NGRAM_TRIE_RAG_TEST_MODEL"] = str(model)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-rs", "-m", "gpu", str(ROOT / "tests" / "gpu")],
-                          env=env, capture_output=True, text=True, cwd=ROOT)
-    (out / "tests.txt").write_text(done.stdout + done.stderr)
-    print(done.stdout[-3000:], flush=True)
+    report = out / "tests.txt"  # written as the tests run: a host that stops keeps it
+    with report.open("w") as log:  # faulthandler: a stuck test's stacks after 240 s
+        done = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+                               "-rs", "-o", "faulthandler_timeout=240", "--durations=10",
+                               "-m", "gpu", *(["-k", select] if select else []),
+                               str(ROOT / "tests" / "gpu")],
+                              env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+                              cwd=ROOT)
+    print(report.read_text()[-3000:], flush=True)
     if done.returncode not in (0, 5):  # 5: nothing collected to run
         raise RuntimeError(f"gpu tests failed (exit {done.returncode}): see tests.txt")
 
@@ -277,6 +282,8 @@ def main() -> None:
                    help="seconds from the start after which the static part starts nothing new")
     p.add_argument("--static-runs", default="",
                    help="static part: 'shape:context:K,K,..;..' instead of the default runs")
+    p.add_argument("--tests-k", default="", metavar="EXPR",
+                   help="tests part: only the tests this pytest -k expression selects")
     p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "spec_bench"
                    / "rag.jsonl")
     args = p.parse_args()
@@ -303,7 +310,7 @@ def main() -> None:
                 report(args.out)
             elif part == "tests":  # random weights in the default shape without a GGUF
                 gpu_tests(args.out, args.gguf or (random_folder(args.meta, args.quick)
-                                                  if args.meta else None))
+                                                  if args.meta else None), args.tests_k)
             elif part == "bench":
                 bench(args.out, device, args.quick, args.gguf, args.data)
             else:

@@ -17,9 +17,10 @@
 # installed into $STAGE/site, CARRY/meta and CARRY/data are used, and each CARRY/part-K
 # is kept in $STAGE (default ~/.cache/ngram-trie-rag-gpu) until every part has come;
 # then the parts are joined, checked against their sha256 and used as --gguf. Until then
-# the run does what needs no real weights. --only PARTS runs just those parts (e.g. bench).
+# the run does what needs no real weights. --only PARTS runs just those parts (e.g. bench);
+# --tests-k EXPR runs only the gpu tests that pytest's -k expression selects.
 set -euo pipefail
-DEVICE=cuda QUICK="" GGUF="" META="" CARRY="" ONLY="" DEADLINE=${DEADLINE:-}
+DEVICE=cuda QUICK="" GGUF="" META="" CARRY="" ONLY="" TESTS_K="" DEADLINE=${DEADLINE:-}
 while [ $# -gt 1 ]; do
   case "$1" in
     --device) DEVICE=$2; shift 2 ;;
@@ -28,10 +29,11 @@ while [ $# -gt 1 ]; do
     --meta) META=$2; shift 2 ;;
     --carry) CARRY=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
+    --tests-k) TESTS_K=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-[ $# -eq 1 ] || { echo "usage: $0 [--device D] [--quick] [--gguf F] [--meta DIR] [--carry DIR] [--only PARTS] OUTDIR" >&2; exit 2; }
+[ $# -eq 1 ] || { echo "usage: $0 [--device D] [--quick] [--gguf F] [--meta DIR] [--carry DIR] [--only PARTS] [--tests-k EXPR] OUTDIR" >&2; exit 2; }
 OUT=$1
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
@@ -75,6 +77,6 @@ if [ -n "$ONLY" ]; then PARTS=$ONLY; fi
 # at tiny sizes one compiled shape is enough to run the code (each costs ~20 s on a CPU)
 if [ -n "$QUICK" ]; then EXTRA+=(--static-runs "tiny-llama:32:4"); fi
 "$PY" "$HERE/scripts/gpu_session.py" --out "$OUT" --device "$DEVICE" $QUICK \
-  --parts "$PARTS,report" --deadline "$DEADLINE" ${EXTRA[@]+"${EXTRA[@]}"} \
+  --parts "$PARTS,report" --deadline "$DEADLINE" --tests-k "$TESTS_K" ${EXTRA[@]+"${EXTRA[@]}"} \
   ${DATA[@]+"${DATA[@]}"}
 echo "report: $OUT/report.md"

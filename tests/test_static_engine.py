@@ -8,6 +8,7 @@ recompilation once every step shape has been compiled; the cache is never moved.
 from __future__ import annotations
 
 import os
+import threading
 import traceback
 
 import numpy as np
@@ -225,6 +226,23 @@ def test_a_tree_step_reads_the_device_once_and_uploads_nothing_else(attention: s
     assert tokens == [expected[5]]
 
 
+def test_a_reserved_cache_serves_every_smaller_request_at_one_size() -> None:
+    """``reserve``: one cache size for requests of any length up to it, so a compiled
+    engine compiles one size's shapes for all of them (the benchmark reserves its longest
+    prompt's); a size too small for one tree is refused."""
+    engine = StaticEngine(_tiny("llama"), compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
+    short, long = random_prompt(20, seed=1), random_prompt(300, seed=2)
+    assert engine.capacity_for(len(short), 8) < engine.capacity_for(len(long), 8)
+    size = engine.reserve(engine.capacity_for(len(long), 8))
+    assert engine.capacity_for(len(short), 8) == engine.capacity_for(len(long), 8) == size
+    pointer = engine.prefill(short, 8)[0].cache.layers[0].keys.data_ptr()
+    layer = engine.prefill(long, 8)[0].cache.layers[0]
+    assert layer.keys.data_ptr() == pointer and layer.max_cache_len == size
+    assert engine.reserve(64) == size  # a smaller reservation keeps the larger cache
+    with pytest.raises(ValueError, match="more than 9 positions"):
+        engine.reserve(9)
+
+
 def test_staging_packs_arrays_into_one_buffer() -> None:
     staging = Staging(torch.device("cpu"), size=8)
     a, b = np.arange(6).reshape(2, 3), np.eye(3, dtype=bool)
@@ -375,17 +393,43 @@ def test_background_compiler_runs_each_key_once_and_reports_failures(capsys) -> 
             raise RuntimeError("no kernel\nsecond line")
 
     compiler = BackgroundCompiler(compile_key, "test shapes")
-    assert not compiler.ready(256)
-    assert compiler.wait(256, timeout=30) and compiler.ready(256)
-    assert not compiler.wait("bad", timeout=30)
-    assert compiler.failed("bad") == "RuntimeError: no kernel" and compiler.failed(256) is None
+    assert not compiler.ready(256) and compiler.idle()
+    assert compiler.wait(256, timeout=30) and compiler.ready(256) and compiler.idle()
+    assert not compiler.wait("bad", timeout=30) and compiler.idle()
+    # the first line of the error and where it was raised
+    where = f"at test_static_engine.py:{compile_key.__code__.co_firstlineno + 3}"
+    assert compiler.failed("bad") == f"RuntimeError: no kernel {where}"
+    assert compiler.failed(256) is None
     compiler.request(256)
     compiler.request("bad")
     assert compiler.wait(512, timeout=30)
     assert seen == [256, "bad", 512]  # neither asked again
     err = capsys.readouterr().err
-    assert "compiling the test shapes for bad failed (RuntimeError: no kernel)" in err
+    assert f"compiling the test shapes for bad failed (RuntimeError: no kernel {where})" in err
     assert "they run eagerly" in err
+
+
+@pytest.mark.skipif(NO_COMPILER, reason="torch.compile on a CPU needs a C++ compiler")
+def test_under_cuda_graphs_a_request_runs_eagerly_while_any_size_compiles() -> None:
+    """A request records its CUDA graphs on its first compiled steps, and a capture must
+    not overlap a warm-up on the compile thread: under CUDA graphs a request whose shapes
+    are ready still runs eagerly while another cache size compiles. The rule alone (no
+    CUDA here; ``make test-gpu`` runs the graphs)."""
+    from ngram_trie_rag.engine.background_compile import BackgroundCompiler
+
+    engine = StaticEngine(_tiny("llama"), compiled=True, buckets=(4,), curve=FLAT)
+    gate = threading.Event()
+    engine._compiler = BackgroundCompiler(lambda capacity: capacity != 512 or gate.wait(30))
+    ids = random_prompt(40, seed=1)
+    capacity = engine.capacity_for(len(ids), SMALL_NEW)
+    assert capacity != 512 and engine.warm_up(capacity, timeout=30)
+    engine._compiler.request(512)  # another size, compiling until the gate opens
+    assert engine.prefill(ids, SMALL_NEW)[0].compiled  # no CUDA graphs: compiled at once
+    engine._cudagraphs = True
+    assert not engine.prefill(ids, SMALL_NEW)[0].compiled
+    gate.set()
+    assert engine.warm_up(512, timeout=30) and engine._compiler.idle()
+    assert engine.prefill(ids, SMALL_NEW)[0].compiled
 
 
 # ---- choosing an engine by name -------------------------------------------------------

@@ -112,6 +112,9 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
     runners = make_runners(gen, cfg.methods, cfg.num_draft, cfg.pld_num_tokens,
                            cfg.pld_max_ngram, grammar, cfg.repetition_stop)
 
+    if getattr(gen.engine, "compiled", False):  # one cache size for every prompt's shapes
+        gen.engine.reserve(max(gen.engine.capacity_for(len(ids), cfg.max_new_tokens)
+                               for ids in prompts))
     compile_s = compile_shapes(gen, prompts[0], min(WARMUP_TOKENS, cfg.max_new_tokens))
     for _ in range(cfg.warmup):  # first-call costs (allocations, thread pools), not recorded
         for fn in runners.values():

@@ -20,7 +20,9 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Hashable
+from pathlib import Path
 
 
 class BackgroundCompiler:
@@ -44,6 +46,11 @@ class BackgroundCompiler:
     def failed(self, key: Hashable) -> str | None:
         """Why ``key`` could not be compiled, or None."""
         return self._failed.get(key)
+
+    def idle(self) -> bool:
+        """True when no key is queued or compiling."""
+        with self._guard:
+            return self._requested <= self._ready | self._failed.keys()
 
     def request(self, key: Hashable) -> None:
         """Queue ``key`` unless it was asked for before (ready, failed or pending)."""
@@ -71,7 +78,9 @@ class BackgroundCompiler:
             try:
                 self._compile_key(key)
             except Exception as exc:  # noqa: BLE001 - any failure leaves the key eager
-                self._failed[key] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                where = traceback.extract_tb(exc.__traceback__)[-1]  # the raising frame
+                self._failed[key] = (f"{type(exc).__name__}: {exc}".splitlines()[0]
+                                     + f" at {Path(where.filename).name}:{where.lineno}")
                 if threading.main_thread().is_alive():  # not the interpreter shutting down
                     print(f"ngram-trie-rag: compiling the {self._what} for {key} failed "
                           f"({self._failed[key]}); they run eagerly", file=sys.stderr)

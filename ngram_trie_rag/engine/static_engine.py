@@ -71,6 +71,7 @@ from ..drafting.draft_tree import DraftTree
 from . import gqa_attention, linear_layout
 from .attention_windows import FULL, attention_windows
 from .background_compile import BackgroundCompiler
+from .cudagraph_threads import cudagraph_trees_for_this_thread
 from .device_accept import DeviceTree
 from .engine import KV, Engine, StepInputs
 from .kv_cache import cache_kwargs
@@ -214,6 +215,16 @@ class StaticEngine(Engine):
         kept = self._cache.layers[0].max_cache_len if self._cache is not None else 0
         return kept if kept >= needed else needed
 
+    def reserve(self, capacity: int) -> int:
+        """Keep a cache of at least ``capacity`` positions from now on: every request
+        that fits runs at that one size, so a compiled engine compiles one size's shapes
+        for all of them (as a server sizes its cache up front). Returns the kept size."""
+        if capacity < 2 + max(self.buckets):
+            raise ValueError(f"a cache must hold more than {1 + max(self.buckets)} "
+                             f"positions, got {capacity}")
+        with torch.inference_mode():
+            return self._cache_for(capacity).layers[0].max_cache_len
+
     def _cache_for(self, capacity: int):
         """The kept cache when it holds ``capacity`` positions, else a new one."""
         cache = self._cache
@@ -263,6 +274,11 @@ class StaticEngine(Engine):
             compiled = self._compiler.ready(capacity)
             if not compiled:
                 self._compiler.request(capacity)
+            elif self._cudagraphs and not self._compiler.idle():
+                # a request records its CUDA graphs on first use, and a capture must not
+                # overlap another size's warm-up on the compile thread (the allocator's
+                # pool and synchronisations are process-wide): eager until that is done
+                compiled = False
         kv = StaticKV(cache, len(ids), list(ids), compiled=compiled, columns=self._columns)
         return kv, out.logits[0, -1]
 
@@ -288,6 +304,8 @@ class StaticEngine(Engine):
         runs beside a request without touching its state, and hits the same guards)."""
         device = self.model.device
         staging = Staging(device)
+        if self._cudagraphs:
+            cudagraph_trees_for_this_thread()
         on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         with on_device, torch.inference_mode():  # a thread starts on CUDA device 0
             cache = self._new_cache(capacity)

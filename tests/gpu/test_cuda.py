@@ -25,7 +25,14 @@ import numpy as np
 import pytest
 import torch
 from data_files import read_jsonl
-from model_families import FAMILIES, build, drafting_documents, pinned_generator, random_prompt
+from model_families import (
+    FAMILIES,
+    build,
+    drafting_documents,
+    pinned_generator,
+    random_prompt,
+    word_tokenizer,
+)
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.drafting.draft_tree import DraftTree
@@ -114,6 +121,30 @@ def test_architecture_matrix_greedy_equals_generate_in_fp32(family: str) -> None
                                   num_draft=num_draft)
             assert result.token_ids == expected, (family, method, seed)
         assert max(result.stats.accept_lengths) > 1  # trees were verified
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_architecture_matrix_through_the_static_engine_in_fp32(family: str) -> None:
+    """Every family through the static engine (eager steps, trees padded to 4 or 8
+    nodes): its masks built on the device from positions, sliding windows included (an
+    80-token prompt crosses the toy models' 64-position windows), compaction on the
+    device; plain, chain and trie equal to ``generate``."""
+    from ngram_trie_rag.engine import LatencyCurve
+    from ngram_trie_rag.engine.static_engine import StaticEngine
+
+    _fp32_means_fp32()
+    model = build(FAMILIES[family]).to(DEVICE)
+    flat = LatencyCurve({q: 0.01 for q in (1, 2, 3, 5, 9, 17, 33)}, {}, pack_single=False)
+    engine = StaticEngine(model, compiled=False, buckets=(4, 8), curve=flat)
+    gen = SpeculativeGenerator(model, word_tokenizer(), engine=engine)
+    ids = random_prompt(80, seed=3)
+    expected = greedy_reference(model, ids, 24)
+    docs = drafting_documents(expected, seed=3)
+    for method, num_draft in (("none", None), ("chain", 3), ("trie", 8)):
+        result = gen.generate(ids, documents=docs, max_new_tokens=24, method=method,
+                              num_draft=num_draft)
+        assert result.token_ids == expected, (family, method)
+    assert max(result.stats.accept_lengths) > 1  # the trie's trees were verified
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
