@@ -31,6 +31,7 @@ def main() -> None:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--data", default=str(DATA))
     p.add_argument("--limit", type=int, default=8)
+    p.add_argument("--skip", type=int, default=0, help="leave out the first N of those rows")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--generate", action="store_true",
@@ -40,7 +41,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     gen = SpeculativeGenerator.from_pretrained(dtype=args.dtype, engine=args.engine)
     agree, with_generate = 0, dict.fromkeys(METHODS, 0)
-    items = load_items(args.data, limit=args.limit)
+    items = load_items(args.data, limit=args.limit)[args.skip:]
     for item in items:
         request = item.request(gen.tokenizer)
         tokens, line = {}, []

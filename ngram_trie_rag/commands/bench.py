@@ -37,8 +37,8 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                         "padded to fixed sizes), compiled (static, torch.compile and CUDA "
                         "graphs; each prompt's shapes compiled before it is timed, the "
                         "seconds reported as compile_s), uniform (static, every step 32 "
-                        "nodes: bf16 methods agree), uniform-compiled, auto (the engine's "
-                        "choice: eager; default)")
+                        "nodes: bf16 methods almost always agree), uniform-compiled, "
+                        "auto (the engine's choice: eager; default)")
     p.add_argument("--background-load", type=int, default=0, metavar="N",
                    help="run N CPU-spinning processes beside the whole run, to measure "
                         "on a busy host (default 0)")

@@ -9,7 +9,7 @@
   requests run eagerly (a request runs wholly compiled once all its shapes are ready).
 - ``uniform``: the static engine with every step, plain ones included, padded to
   :data:`~ngram_trie_rag.engine.engine_names.UNIFORM_NODES` nodes: one step shape, so in
-  bf16 the drafting methods give the same tokens as plain decoding (see ``static_engine``).
+  bf16 the drafting methods almost always give plain decoding's tokens (see ``static_engine``).
 - ``uniform-compiled``: ``uniform`` with its one step shape compiled, on first use inside
   the request (not in the background: an answer switching from eager to compiled kernels
   would depend in bf16 on when the compile finished).

@@ -14,9 +14,11 @@ CUDA graph on a GPU:
 With ``uniform=U`` every decode step, a plain one included, is padded to ``U`` nodes:
 one shape for the whole answer. A row's logits then come from the same kernels whatever
 the other rows hold, so in bf16 or fp16, where a differently shaped matmul rounds
-differently, ``plain``, ``chain`` and ``trie`` give the same tokens as each other (each
-step computes the accepted rows exactly as a plain step would). It costs a plain step the
-price of a ``U``-node tree, which a GPU barely notices and a CPU does.
+differently, ``plain``, ``chain`` and ``trie`` almost always give the same tokens as each
+other (38 of 40 bf16 answers on a CPU): not always, since a tree row sees its ancestors'
+keys at their node columns and a plain row the same keys at consecutive ones, and
+attention may sum them in another grouping. It costs a plain step the price of a
+``U``-node tree, which a GPU barely notices and a CPU does.
 
 With ``compiled=True`` the step's forward goes through
 ``torch.compile(fullgraph=True, dynamic=False)`` (``mode="reduce-overhead"`` on CUDA):
