@@ -4,10 +4,11 @@
 thread-local state. torch before 2.13 sets that state up only in the thread that imported
 Inductor's module and in autograd's own threads (which inherit it), so a first compiled
 call from any other thread, such as the static engine's compile thread, fails on a bare
-``assert``. torch 2.13 gives every new thread trees of its own; this does the same on
+``assert``; so would a request run on a worker thread (a LangChain batch's pool, a web
+server's). torch 2.13 gives every new thread trees of its own; this does the same on
 older versions. The graphs a thread records are its own: the compile thread only warms
-shapes up (a tree records on a shape's second call), and each request's thread records
-and replays its graphs in its own tree.
+shapes up (a tree records on a shape's second call), and each thread that runs requests
+records and replays its graphs in its own tree, with its own memory pool.
 """
 
 from __future__ import annotations

@@ -415,6 +415,8 @@ class StaticEngine(Engine):
         q = inputs.ids.shape[1]
         oversized = q - 1 > max(self.buckets)
         if kv.compiled and not oversized:
+            if self._cudagraphs:  # a request may run on any thread (a batch's pool, say)
+                cudagraph_trees_for_this_thread()
             logits = self._compiled_fn(inputs.ids, inputs.positions, inputs.mask, kv.cache)
             if self._cudagraphs:  # the graph's output buffer is reused by the next replay
                 logits = logits.clone()
