@@ -22,7 +22,9 @@ Parts:
   given, else random weights in ``--meta``'s shape (``tests.txt``).
 - ``report``: every result in ``OUT`` gathered into ``report.md`` and ``report.json``.
 - ``bench``: the packaged model's GGUF, fp32 (exactness: ``vanilla``, ``chain``,
-  ``trie``) then bf16 (every method) on Spec-Bench RAG (``fp32.json``, ``bf16.json``).
+  ``trie``) then bf16 (every method) on Spec-Bench RAG (``fp32.json``, ``bf16.json``);
+  then ``vanilla``, ``plain`` and ``trie`` through ``--engine uniform-compiled`` in both
+  (``fp32-uniform-compiled.json``, ``bf16-uniform-compiled.json``).
 
 TF32 stays off (PyTorch's default for matrix products), so fp32 is fp32.
 """
@@ -116,11 +118,17 @@ def smoke(out: Path, device: torch.device, quick: bool, meta: Path, data: Path) 
 
 
 def bench(out: Path, device: torch.device, quick: bool, gguf: Path, data: Path) -> None:
+    """The default engine (exactness in fp32, every method in bf16), then the one-shape
+    compiled engine (its step compiled once before the timing, CUDA graphs on CUDA)."""
     _bench(out / "fp32.json", gguf, data, device, "float32", "vanilla,chain,trie",
            limit=2 if quick else 10, tokens=16 if quick else 128)
     _bench(out / "bf16.json", gguf, data, device, "bfloat16",
            "vanilla,hf-pld,plain,chain,trie", limit=2 if quick else 12,
            tokens=16 if quick else 128)
+    for dtype, name, limit in (("float32", "fp32", 5), ("bfloat16", "bf16", 10)):
+        _bench(out / f"{name}-uniform-compiled.json", gguf, data, device, dtype,
+               "vanilla,plain,trie", limit=1 if quick else limit, tokens=8 if quick else 128,
+               engine="uniform-compiled")
 
 
 def profile(out: Path, device: torch.device, quick: bool, model: Path, data: Path) -> None:
@@ -217,11 +225,12 @@ def static(out: Path, device: torch.device, quick: bool, deadline: float, spec: 
 
 
 def _bench(result: Path, model: Path, data: Path, device: torch.device, dtype: str,
-           methods: str, limit: int, tokens: int) -> None:
+           methods: str, limit: int, tokens: int, engine: str = "auto") -> None:
     start = time.perf_counter()
     code = cli(["bench", "--data", str(data), "--model", str(model), "--device", device.type,
                 "--dtype", dtype, "--methods", methods, "--limit", str(limit),
-                "--max-new-tokens", str(tokens), "--no-progress", "--out", str(result)])
+                "--max-new-tokens", str(tokens), "--engine", engine, "--no-progress",
+                "--out", str(result)])
     print(f"{result.name}: exit {code}, {time.perf_counter() - start:.1f} s", flush=True)
 
 
@@ -253,7 +262,8 @@ def gpu_tests(out: Path, model: Path | None, select: str = "") -> None:
 def report(out: Path) -> None:
     """One report of every part's results in ``out``: ``report.md`` (each part's table
     or text, in order) and ``report.json`` (each part's JSON)."""
-    order = ["env", "tests", "static", "curve", "smoke", "compiled", "profile", "fp32", "bf16"]
+    order = ["env", "tests", "static", "curve", "smoke", "compiled", "profile", "fp32", "bf16",
+             "fp32-uniform-compiled", "bf16-uniform-compiled"]
     found = sorted({f.stem for f in out.iterdir() if f.suffix in (".json", ".md", ".txt")}
                    - {"report"}, key=lambda n: (order.index(n) if n in order else 99, n))
     sections, data = [f"# GPU session: {out.name}"], {}
