@@ -239,7 +239,7 @@ def test_a_reserved_cache_serves_every_smaller_request_at_one_size() -> None:
     layer = engine.prefill(long, 8)[0].cache.layers[0]
     assert layer.keys.data_ptr() == pointer and layer.max_cache_len == size
     assert engine.reserve(64) == size  # a smaller reservation keeps the larger cache
-    with pytest.raises(ValueError, match="more than 9 positions"):
+    with pytest.raises(ValueError, match="capacity 9 leaves no room for a step of 9 tokens"):
         engine.reserve(9)
 
 

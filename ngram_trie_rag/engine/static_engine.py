@@ -142,9 +142,8 @@ class StaticEngine(Engine):
             buckets = (uniform,)
         if not buckets or min(buckets) < 1:
             raise ValueError(f"buckets must be positive node counts, got {buckets!r}")
-        if capacity is not None and capacity < 2 + max(buckets):
-            raise ValueError(f"capacity {capacity} leaves no room for a step of "
-                             f"{1 + max(buckets)} tokens")
+        if capacity is not None:
+            _check_capacity(capacity, buckets)
         self.model = model
         self.lock = lock or threading.Lock()
         self.windows = windows
@@ -221,9 +220,7 @@ class StaticEngine(Engine):
         """Keep a cache of at least ``capacity`` positions from now on: every request
         that fits runs at that one size, so a compiled engine compiles one size's shapes
         for all of them (as a server sizes its cache up front). Returns the kept size."""
-        if capacity < 2 + max(self.buckets):
-            raise ValueError(f"a cache must hold more than {1 + max(self.buckets)} "
-                             f"positions, got {capacity}")
+        _check_capacity(capacity, self.buckets)
         with torch.inference_mode():
             return self._cache_for(capacity).layers[0].max_cache_len
 
@@ -474,6 +471,13 @@ def _cpp_compiler() -> str | None:
 
     names = [os.environ["CXX"]] if os.environ.get("CXX") else []
     return next((p for n in [*names, "g++", "c++", "clang++"] if (p := shutil.which(n))), None)
+
+
+def _check_capacity(capacity: int, buckets: tuple[int, ...]) -> None:
+    """A cache must hold the committed token and the largest step after it."""
+    if capacity < 2 + max(buckets):
+        raise ValueError(f"capacity {capacity} leaves no room for a step of "
+                         f"{1 + max(buckets)} tokens")
 
 
 def _round_up(n: int, step: int = CAPACITY_STEP) -> int:
