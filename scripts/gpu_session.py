@@ -25,6 +25,15 @@ Parts:
   ``trie``) then bf16 (every method) on Spec-Bench RAG (``fp32.json``, ``bf16.json``);
   then ``vanilla``, ``plain`` and ``trie`` through ``--engine uniform-compiled`` in both
   (``fp32-uniform-compiled.json``, ``bf16-uniform-compiled.json``).
+- ``agreement``: the packaged model, bf16, ``--engine uniform-compiled``: on 40 Spec-Bench
+  RAG prompts, whether ``plain``, ``chain`` and ``trie`` give the same tokens and which
+  equal bf16 ``generate`` (``agreement.json``, ``scripts/method_agreement.py``).
+- ``bucketed``: the packaged model through ``--engine compiled`` (trees padded to 1-64
+  nodes, seven shapes), fp32 (``vanilla``, ``plain``, ``chain``, ``trie``) and bf16
+  (``vanilla``, ``plain``, ``trie``): every shape compiled first (``warm_up_s``), then,
+  once the file ``--after`` names exists, the benchmark (``fp32-compiled.json``,
+  ``bf16-compiled.json``). ``--dtypes`` picks them. Compiling uses the CPU, so it can run
+  beside another part's GPU work; ``--after`` keeps the timed runs from overlapping it.
 
 TF32 stays off (PyTorch's default for matrix products), so fp32 is fp32.
 """
@@ -129,6 +138,62 @@ def bench(out: Path, device: torch.device, quick: bool, gguf: Path, data: Path) 
         _bench(out / f"{name}-uniform-compiled.json", gguf, data, device, dtype,
                "vanilla,plain,trie", limit=1 if quick else limit, tokens=8 if quick else 128,
                engine="uniform-compiled")
+
+
+def agreement(out: Path, device: torch.device, quick: bool, gguf: Path, data: Path) -> None:
+    """The one-shape compiled engine's bf16 agreement across methods and with generate."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from method_agreement import agreement as measure
+
+    from ngram_trie_rag import SpeculativeGenerator
+
+    gen = SpeculativeGenerator.from_pretrained(gguf, device=device, dtype="bfloat16",
+                                               engine="uniform-compiled")
+    summary = measure(gen, data, limit=2 if quick else 40, max_new_tokens=8 if quick else 64,
+                      generate=True)
+    summary |= {"engine": "uniform-compiled", "dtype": "bfloat16", "device": str(device)}
+    (out / "agreement.json").write_text(json.dumps(summary, indent=1))
+
+
+def bucketed(out: Path, device: torch.device, quick: bool, gguf: Path, data: Path,
+             after: Path | None, dtypes: str) -> None:
+    """``--engine compiled`` on real weights: compile every shape (timed apart), wait for
+    ``after``, then benchmark, per dtype in ``dtypes``."""
+    from ngram_trie_rag import SpeculativeGenerator
+    from ngram_trie_rag.bench.config import BenchConfig
+    from ngram_trie_rag.bench.data import load_items
+    from ngram_trie_rag.bench.report import bench_table, write_json
+    from ngram_trie_rag.bench.runner import encode_item, run_benchmark
+
+    runs = {"float32": ("fp32", "vanilla,plain,chain,trie", 5),
+            "bfloat16": ("bf16", "vanilla,plain,trie", 10)}
+    for dtype in dtypes.split(","):
+        name, methods, limit = runs[dtype]
+        limit, tokens = (1, 8) if quick else (limit, 128)
+        gen = SpeculativeGenerator.from_pretrained(gguf, device=device, dtype=dtype,
+                                                   engine="compiled")
+        items = load_items(data, limit)
+        capacity = gen.engine.reserve(max(gen.engine.capacity_for(len(encode_item(gen, it)),
+                                                                  tokens) for it in items))
+        start = time.perf_counter()
+        if not gen.engine.warm_up(capacity):
+            raise RuntimeError("the compiled engine could not compile its step shapes")
+        warm_up_s = time.perf_counter() - start
+        print(f"bucketed {name}: {len(gen.engine.step_sizes())} shapes of a {capacity}-"
+              f"position cache compiled in {warm_up_s:.1f} s", flush=True)
+        while after is not None and not after.exists():
+            time.sleep(1)
+        cfg = BenchConfig(data=str(data), limit=limit, max_new_tokens=tokens, model=str(gguf),
+                          device=device.type, dtype=dtype, engine="compiled",
+                          methods=tuple(methods.split(",")))
+        results = run_benchmark(cfg, generator=gen, progress=False)
+        results["warm_up_s"] = warm_up_s  # before the run; its own compile_s is what was left
+        write_json(results, out / f"{name}-compiled.json")
+        print(bench_table(results), flush=True)  # the log keeps the figures too
+        print(f"bucketed {name}: {time.perf_counter() - start:.1f} s", flush=True)
+        del gen
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def profile(out: Path, device: torch.device, quick: bool, model: Path, data: Path) -> None:
@@ -263,7 +328,8 @@ def report(out: Path) -> None:
     """One report of every part's results in ``out``: ``report.md`` (each part's table
     or text, in order) and ``report.json`` (each part's JSON)."""
     order = ["env", "tests", "static", "curve", "smoke", "compiled", "profile", "fp32", "bf16",
-             "fp32-uniform-compiled", "bf16-uniform-compiled"]
+             "fp32-uniform-compiled", "bf16-uniform-compiled", "agreement", "fp32-compiled",
+             "bf16-compiled"]
     found = sorted({f.stem for f in out.iterdir() if f.suffix in (".json", ".md", ".txt")}
                    - {"report"}, key=lambda n: (order.index(n) if n in order else 99, n))
     sections, data = [f"# GPU session: {out.name}"], {}
@@ -294,6 +360,9 @@ def main() -> None:
                    help="static part: 'shape:context:K,K,..;..' instead of the default runs")
     p.add_argument("--tests-k", default="", metavar="EXPR",
                    help="tests part: only the tests this pytest -k expression selects")
+    p.add_argument("--after", type=Path, default=None, metavar="FILE",
+                   help="bucketed part: benchmark only once FILE exists (compile before)")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="bucketed part: dtypes")
     p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "spec_bench"
                    / "rag.jsonl")
     args = p.parse_args()
@@ -323,6 +392,11 @@ def main() -> None:
                                                   if args.meta else None), args.tests_k)
             elif part == "bench":
                 bench(args.out, device, args.quick, args.gguf, args.data)
+            elif part == "agreement":
+                agreement(args.out, device, args.quick, args.gguf, args.data)
+            elif part == "bucketed":
+                bucketed(args.out, device, args.quick, args.gguf, args.data, args.after,
+                         args.dtypes)
             else:
                 raise SystemExit(f"unknown part {part!r}")
         except Exception as exc:  # one part failing must not cost the others' results

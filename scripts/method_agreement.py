@@ -7,11 +7,14 @@ not. Prints, per prompt, whether each method's tokens equal plain decoding's and
 they first differ, then the count of prompts where all three agree.
 
     .venv/bin/python scripts/method_agreement.py --engine uniform --dtype bfloat16 --limit 8
+    python scripts/method_agreement.py --model M.gguf --device cuda \
+        --engine uniform-compiled --limit 40 --max-new-tokens 64 --generate --out agree.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -25,8 +28,69 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench" / 
 METHODS = ("none", "chain", "trie")
 
 
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first token where ``a`` and ``b`` part (None: identical)."""
+    if a == b:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
+
+
+def agreement(gen: SpeculativeGenerator, data: str | Path, limit: int, skip: int = 0,
+              max_new_tokens: int = 32, generate: bool = False) -> dict:
+    """Per prompt, where ``chain`` and ``trie`` part from plain decoding (and, with
+    ``generate``, which methods equal ``model.generate(do_sample=False)``), and totals.
+    A compiled engine first sizes one cache for every prompt and compiles its shapes,
+    so no answer waits for a compile and the compile time is reported apart."""
+    items = load_items(data, limit=limit)[skip:]
+    requests = [item.request(gen.tokenizer) for item in items]
+    compile_s = 0.0
+    if getattr(gen.engine, "compiled", False):
+        capacity = max(gen.engine.capacity_for(len(gen.encode_prompt(r.prompt)), max_new_tokens)
+                       for r in requests)
+        start = time.perf_counter()
+        if not gen.engine.warm_up(gen.engine.reserve(capacity)):
+            raise RuntimeError("the compiled engine could not compile its step shapes")
+        compile_s = time.perf_counter() - start
+        print(f"compiled the step shapes of a {capacity}-position cache in {compile_s:.1f} s",
+              flush=True)
+    rows, agree, with_generate = [], 0, dict.fromkeys(METHODS, 0)
+    for item, request in zip(items, requests, strict=True):
+        tokens, parts, line = {}, {}, []
+        for method in METHODS:
+            start = time.perf_counter()
+            result = gen.generate(request.prompt, documents=item.documents, method=method,
+                                  max_new_tokens=max_new_tokens, repetition_stop=None)
+            tokens[method] = result.token_ids
+            parts[method] = first_difference(result.token_ids, tokens["none"])
+            verdict = "same" if parts[method] is None else f"differs at {parts[method]}"
+            line.append(f"{method}: {verdict} ({time.perf_counter() - start:.1f} s, "
+                        f"accepted {result.stats.mean_accept_length:.2f})")
+        agree += all(t == tokens["none"] for t in tokens.values())
+        row = {"id": item.id, "parts_from_plain": parts}
+        if generate:
+            reference = run_vanilla(gen, gen.encode_prompt(request.prompt), max_new_tokens,
+                                    0.0).token_ids
+            row["equal_to_generate"] = same = [m for m in METHODS if tokens[m] == reference]
+            for m in same:
+                with_generate[m] += 1
+            line.append(f"equal to generate: {', '.join(same) or 'no method'}")
+        rows.append(row)
+        print(f"{item.id}: " + "; ".join(line), flush=True)
+    summary = {"prompts": len(items), "all_three_agree": agree, "compile_s": compile_s,
+               "max_new_tokens": max_new_tokens, "rows": rows}
+    print(f"all three methods agree on {agree} of {len(items)} prompts")
+    if generate:
+        summary["equal_to_generate"] = with_generate
+        print("equal to generate: " + ", ".join(f"{m} {n} of {len(items)}"
+                                                 for m, n in with_generate.items()))
+    return summary
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None, help="default: the packaged model")
+    p.add_argument("--device", default=None, help="default: CUDA when available, else CPU")
     p.add_argument("--engine", default="uniform")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--data", default=str(DATA))
@@ -36,41 +100,18 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--generate", action="store_true",
                    help="also compare every method with model.generate(do_sample=False)")
+    p.add_argument("--out", type=Path, default=None, help="also write the results as JSON")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    gen = SpeculativeGenerator.from_pretrained(dtype=args.dtype, engine=args.engine)
-    agree, with_generate = 0, dict.fromkeys(METHODS, 0)
-    items = load_items(args.data, limit=args.limit)[args.skip:]
-    for item in items:
-        request = item.request(gen.tokenizer)
-        tokens, line = {}, []
-        for method in METHODS:
-            start = time.perf_counter()
-            result = gen.generate(request.prompt, documents=item.documents, method=method,
-                                  max_new_tokens=args.max_new_tokens, repetition_stop=None)
-            tokens[method] = result.token_ids
-            plain = tokens["none"]
-            first = next((i for i, (a, b) in enumerate(zip(result.token_ids, plain,
-                                                           strict=False)) if a != b),
-                         min(len(plain), len(result.token_ids)))
-            verdict = "same" if result.token_ids == plain else f"differs at {first}"
-            line.append(f"{method}: {verdict} ({time.perf_counter() - start:.1f} s, "
-                        f"accepted {result.stats.mean_accept_length:.2f})")
-        agree += all(t == tokens["none"] for t in tokens.values())
-        if args.generate:
-            reference = run_vanilla(gen, gen.encode_prompt(request.prompt),
-                                    args.max_new_tokens, 0.0).token_ids
-            same = [m for m in METHODS if tokens[m] == reference]
-            for m in same:
-                with_generate[m] += 1
-            line.append(f"equal to generate: {', '.join(same) or 'no method'}")
-        print(f"{item.id}: " + "; ".join(line), flush=True)
-    print(f"engine {args.engine}, {args.dtype}: all three methods agree on {agree} of "
-          f"{len(items)} prompts")
-    if args.generate:
-        print("equal to generate: " + ", ".join(f"{m} {n} of {len(items)}"
-                                                 for m, n in with_generate.items()))
+    gen = SpeculativeGenerator.from_pretrained(args.model, device=args.device,
+                                               dtype=args.dtype, engine=args.engine)
+    summary = agreement(gen, args.data, args.limit, args.skip, args.max_new_tokens,
+                        args.generate)
+    summary |= {"engine": args.engine, "dtype": args.dtype, "device": str(gen.model.device)}
+    print(f"engine {args.engine}, {args.dtype}")
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":
