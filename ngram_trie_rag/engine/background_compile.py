@@ -12,7 +12,8 @@ Inductor keeps what it compiled in its on-disk cache (``TORCHINDUCTOR_CACHE_DIR`
 the next process pays only for tracing, a few seconds a shape.
 
 A key that fails to compile stays eager, with a one-line notice on stderr; it is not
-retried.
+retried. While a key compiles, the interpreter's switch interval is short, so that the
+eager answers beside it are not held at every operator (:mod:`.switch_interval`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import threading
 import traceback
 from collections.abc import Callable, Hashable
 from pathlib import Path
+
+from .switch_interval import short_switch_interval
 
 
 class BackgroundCompiler:
@@ -76,7 +79,8 @@ class BackgroundCompiler:
         while True:
             key = self._queue.get()
             try:
-                self._compile_key(key)
+                with short_switch_interval():
+                    self._compile_key(key)
             except Exception as exc:  # noqa: BLE001 - any failure leaves the key eager
                 where = traceback.extract_tb(exc.__traceback__)[-1]  # the raising frame
                 self._failed[key] = (f"{type(exc).__name__}: {exc}".splitlines()[0]
