@@ -366,6 +366,9 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "spec_bench"
                    / "rag.jsonl")
     args = p.parse_args()
+    unknown = set(args.dtypes.split(",")) - {"float32", "bfloat16"}
+    if unknown:
+        p.error(f"--dtypes: unknown {', '.join(sorted(unknown))} (float32, bfloat16)")
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     for part in args.parts.split(","):
