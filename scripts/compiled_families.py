@@ -15,6 +15,10 @@ floor of any one-token step on this host).
 
     HF_HUB_OFFLINE=1 python scripts/compiled_families.py --check
     HF_HUB_OFFLINE=1 python scripts/compiled_families.py --speed --threads 2
+    HF_HUB_OFFLINE=1 python scripts/compiled_families.py --speed --only qwen2 --profile
+
+``--profile`` adds, per shape, torch's operator table over 20 compiled plain steps: how
+much of a step is matrix products (the weight reads) and how much everything else.
 """
 
 from __future__ import annotations
@@ -144,7 +148,20 @@ def step_ms(engine: Engine, ids: list[int], steps: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def speed(kinds: list[str], prompt_len: int, new_tokens: int, repeats: int) -> None:
+@torch.inference_mode()
+def operator_profile(engine: Engine, ids: list[int], steps: int = 20) -> str:
+    """Torch's operators over ``steps`` bare plain steps, by self CPU time."""
+    kv, logits = engine.prefill(ids, steps + 1)
+    with torch.profiler.profile() as prof:
+        for _ in range(steps):
+            inputs = engine.prepare(kv, int(logits.argmax()), DraftTree.empty())
+            logits = engine.run(kv, inputs)[0]
+            engine.commit(kv, inputs, [])
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
+
+
+def speed(kinds: list[str], prompt_len: int, new_tokens: int, repeats: int,
+          profile: bool = False) -> None:
     from transformers import AutoTokenizer
 
     from ngram_trie_rag.loading import default_model_dir
@@ -187,6 +204,9 @@ def speed(kinds: list[str], prompt_len: int, new_tokens: int, repeats: int) -> N
               f"{ms['eager'] / ms['compiled']:.2f}x ({step['eager'] / step['compiled']:.2f}x) "
               f"| {floor:.1f} | {ms['eager'] / floor:.2f}x | {compile_s:.0f} | "
               f"{tokens['compiled'] == tokens['eager']} |", flush=True)
+        if profile:
+            print(f"\n{kind}, compiled, 20 plain steps:\n{operator_profile(engine, ids)}",
+                  flush=True)
 
 
 def main() -> None:
@@ -198,6 +218,8 @@ def main() -> None:
     p.add_argument("--prompt-len", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--profile", action="store_true",
+                   help="--speed: also each shape's operator table, compiled")
     p.add_argument("--inductor", default="", metavar="NAME=VALUE,...",
                    help="Inductor options to set first, e.g. cpp_wrapper=1,cpp.threads=1")
     args = p.parse_args()
@@ -216,7 +238,7 @@ def main() -> None:
         check(only or sorted(FAMILIES), args.new_tokens or 24)
     if args.speed:
         speed(only or ["llama", "qwen2", "mistral", "gemma3"], args.prompt_len,
-              args.new_tokens or 64, args.repeats)
+              args.new_tokens or 64, args.repeats, args.profile)
     if not (args.check or args.speed):
         p.error("say --check, --speed or both")
 
