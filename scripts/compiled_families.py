@@ -134,6 +134,14 @@ def decode_ms(gen: SpeculativeGenerator, ids: list[int],
     return 1000 * result.stats.decode_s / max(len(result.token_ids) - 1, 1), result.token_ids
 
 
+def plain_step(engine: Engine, kv, logits: torch.Tensor) -> torch.Tensor:
+    """One bare plain step (prepare, forward, argmax, commit): the next logits."""
+    inputs = engine.prepare(kv, int(logits.argmax()), DraftTree.empty())
+    logits = engine.run(kv, inputs)[0]
+    engine.commit(kv, inputs, [])
+    return logits
+
+
 @torch.inference_mode()
 def step_ms(engine: Engine, ids: list[int], steps: int) -> float:
     """Median ms of the engine's bare plain step (prepare, forward, argmax, commit)."""
@@ -141,9 +149,7 @@ def step_ms(engine: Engine, ids: list[int], steps: int) -> float:
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        inputs = engine.prepare(kv, int(logits.argmax()), DraftTree.empty())
-        logits = engine.run(kv, inputs)[0]
-        engine.commit(kv, inputs, [])
+        logits = plain_step(engine, kv, logits)
         times.append(time.perf_counter() - start)
     return 1000 * statistics.median(times)
 
@@ -154,9 +160,7 @@ def operator_profile(engine: Engine, ids: list[int], steps: int = 20) -> str:
     kv, logits = engine.prefill(ids, steps + 1)
     with torch.profiler.profile() as prof:
         for _ in range(steps):
-            inputs = engine.prepare(kv, int(logits.argmax()), DraftTree.empty())
-            logits = engine.run(kv, inputs)[0]
-            engine.commit(kv, inputs, [])
+            logits = plain_step(engine, kv, logits)
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
 
 

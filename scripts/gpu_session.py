@@ -60,6 +60,9 @@ from ngram_trie_rag.engine.latency import sync_device  # noqa: E402
 
 STARTED = time.perf_counter()
 CURVE_SHAPES = ("smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b")
+#: the bucketed part's runs by dtype: (file name prefix, methods, prompts)
+BUCKETED = {"float32": ("fp32", "vanilla,plain,chain,trie", 5),
+            "bfloat16": ("bf16", "vanilla,plain,trie", 10)}
 
 
 def env(out: Path, device: torch.device) -> None:
@@ -163,24 +166,18 @@ def bucketed(out: Path, device: torch.device, quick: bool, gguf: Path, data: Pat
     from ngram_trie_rag.bench.config import BenchConfig
     from ngram_trie_rag.bench.data import load_items
     from ngram_trie_rag.bench.report import bench_table, write_json
-    from ngram_trie_rag.bench.runner import encode_item, run_benchmark
+    from ngram_trie_rag.bench.runner import encode_item, reserve_and_compile, run_benchmark
 
-    runs = {"float32": ("fp32", "vanilla,plain,chain,trie", 5),
-            "bfloat16": ("bf16", "vanilla,plain,trie", 10)}
     for dtype in dtypes.split(","):
-        name, methods, limit = runs[dtype]
+        name, methods, limit = BUCKETED[dtype]
         limit, tokens = (1, 8) if quick else (limit, 128)
         gen = SpeculativeGenerator.from_pretrained(gguf, device=device, dtype=dtype,
                                                    engine="compiled")
-        items = load_items(data, limit)
-        capacity = gen.engine.reserve(max(gen.engine.capacity_for(len(encode_item(gen, it)),
-                                                                  tokens) for it in items))
         start = time.perf_counter()
-        if not gen.engine.warm_up(capacity):
-            raise RuntimeError("the compiled engine could not compile its step shapes")
-        warm_up_s = time.perf_counter() - start
-        print(f"bucketed {name}: {len(gen.engine.step_sizes())} shapes of a {capacity}-"
-              f"position cache compiled in {warm_up_s:.1f} s", flush=True)
+        warm_up_s = reserve_and_compile(gen, [encode_item(gen, it)
+                                              for it in load_items(data, limit)], tokens)
+        print(f"bucketed {name}: {len(gen.engine.step_sizes())} shapes compiled in "
+              f"{warm_up_s:.1f} s", flush=True)
         while after is not None and not after.exists():
             time.sleep(1)
         cfg = BenchConfig(data=str(data), limit=limit, max_new_tokens=tokens, model=str(gguf),
@@ -366,9 +363,9 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "spec_bench"
                    / "rag.jsonl")
     args = p.parse_args()
-    unknown = set(args.dtypes.split(",")) - {"float32", "bfloat16"}
+    unknown = set(args.dtypes.split(",")) - BUCKETED.keys()
     if unknown:
-        p.error(f"--dtypes: unknown {', '.join(sorted(unknown))} (float32, bfloat16)")
+        p.error(f"--dtypes: unknown {', '.join(sorted(unknown))} ({', '.join(BUCKETED)})")
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     for part in args.parts.split(","):

@@ -23,6 +23,7 @@ import torch
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.data import load_items
 from ngram_trie_rag.bench.methods import run_vanilla
+from ngram_trie_rag.bench.runner import reserve_and_compile
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench" / "rag.jsonl"
 METHODS = ("none", "chain", "trie")
@@ -44,16 +45,10 @@ def agreement(gen: SpeculativeGenerator, data: str | Path, limit: int, skip: int
     so no answer waits for a compile and the compile time is reported apart."""
     items = load_items(data, limit=limit)[skip:]
     requests = [item.request(gen.tokenizer) for item in items]
-    compile_s = 0.0
-    if getattr(gen.engine, "compiled", False):
-        capacity = max(gen.engine.capacity_for(len(gen.encode_prompt(r.prompt)), max_new_tokens)
-                       for r in requests)
-        start = time.perf_counter()
-        if not gen.engine.warm_up(gen.engine.reserve(capacity)):
-            raise RuntimeError("the compiled engine could not compile its step shapes")
-        compile_s = time.perf_counter() - start
-        print(f"compiled the step shapes of a {capacity}-position cache in {compile_s:.1f} s",
-              flush=True)
+    compile_s = reserve_and_compile(gen, [gen.encode_prompt(r.prompt) for r in requests],
+                                    max_new_tokens)
+    if compile_s:
+        print(f"compiled the step shapes in {compile_s:.1f} s", flush=True)
     rows, agree, with_generate = [], 0, dict.fromkeys(METHODS, 0)
     for item, request in zip(items, requests, strict=True):
         tokens, parts, line = {}, {}, []

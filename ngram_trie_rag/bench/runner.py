@@ -69,6 +69,18 @@ def compile_shapes(gen: SpeculativeGenerator, ids: list[int], max_new_tokens: in
     return time.perf_counter() - start
 
 
+def reserve_and_compile(gen: SpeculativeGenerator, prompts: Sequence[list[int]],
+                        max_new_tokens: int) -> float:
+    """For an engine that compiles its step shapes: one cache sized for the longest of
+    ``prompts`` (every prompt then runs at that size, so each shape compiles once) and
+    its shapes compiled now. Seconds spent compiling (0 for any other engine)."""
+    engine = gen.engine
+    if not getattr(engine, "compiled", False):
+        return 0.0
+    engine.reserve(max(engine.capacity_for(len(ids), max_new_tokens) for ids in prompts))
+    return compile_shapes(gen, prompts[0], max_new_tokens)
+
+
 def encode_item(gen: SpeculativeGenerator, item: BenchItem) -> list[int]:
     """The row's prompt in the model's form (:meth:`BenchItem.request`), as token ids."""
     return gen.encode_prompt(item.request(gen.tokenizer).prompt)
@@ -112,10 +124,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
     runners = make_runners(gen, cfg.methods, cfg.num_draft, cfg.pld_num_tokens,
                            cfg.pld_max_ngram, grammar, cfg.repetition_stop)
 
-    if getattr(gen.engine, "compiled", False):  # one cache size for every prompt's shapes
-        gen.engine.reserve(max(gen.engine.capacity_for(len(ids), cfg.max_new_tokens)
-                               for ids in prompts))
-    compile_s = compile_shapes(gen, prompts[0], min(WARMUP_TOKENS, cfg.max_new_tokens))
+    compile_s = reserve_and_compile(gen, prompts, cfg.max_new_tokens)
     for _ in range(cfg.warmup):  # first-call costs (allocations, thread pools), not recorded
         for fn in runners.values():
             fn(prompts[0], items[0].documents, min(WARMUP_TOKENS, cfg.max_new_tokens), 0.0)
