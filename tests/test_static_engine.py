@@ -326,10 +326,12 @@ def test_compiled_in_the_background_equals_eager_without_recompiles() -> None:
     """A non-Llama family (Qwen2) through one compiled bucket and the plain step: two
     graphs, compiled on the background thread while the first answer runs eagerly, then
     every answer runs compiled, equal to the eager engine's, with no recompilation (a
-    minute of the suite; more buckets cost more of it)."""
+    minute of the suite; more buckets cost more of it). The plain step's linear layers
+    run transposed, the tree step's stock: both layouts in compiled graphs."""
     model = _tiny("qwen2")
     eager = StaticEngine(model, compiled=False, buckets=(4,), curve=FLAT)
-    compiled = StaticEngine(model, compiled=True, buckets=(4,), curve=FLAT)
+    compiled = StaticEngine(model, compiled=True, buckets=(4,), curve=FLAT,
+                            transposed_rows=(1,))
     assert compiled.step_sizes() == (0, 4)
     step = compiled._compiled_fn = _CountCalls(compiled._compiled_fn)
     eager_gen = _static_generator(model, word_tokenizer(), eager)
@@ -407,6 +409,22 @@ def test_background_compiler_runs_each_key_once_and_reports_failures(capsys) -> 
     err = capsys.readouterr().err
     assert f"compiling the test shapes for bad failed (RuntimeError: no kernel {where})" in err
     assert "they run eagerly" in err
+
+
+def test_the_compile_thread_ends_when_idle_and_a_new_request_starts_another() -> None:
+    """An idle compile thread would keep its OpenMP thread team: with more OpenMP
+    threads than cores, libgomp stops spinning between parallel regions, and every
+    later step (compiled or not) pays a wake-up per region. So the thread ends once
+    nothing is queued."""
+    from ngram_trie_rag.engine.background_compile import BackgroundCompiler
+
+    threads = []
+    compiler = BackgroundCompiler(lambda key: threads.append(threading.current_thread()))
+    assert compiler.wait(1, timeout=30)
+    threads[0].join(timeout=30)
+    assert not threads[0].is_alive() and compiler._thread is None
+    assert compiler.wait(2, timeout=30) and compiler.ready(1)
+    assert threads[1] is not threads[0]
 
 
 @pytest.mark.skipif(NO_COMPILER, reason="torch.compile on a CPU needs a C++ compiler")

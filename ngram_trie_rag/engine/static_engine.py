@@ -82,6 +82,7 @@ from .prefix_reuse import PrefixKeeper
 from .rope_limits import rope_limit
 from .staging import Staging
 from .support import check_supported
+from .transposed_rows import TransposedRows, faster_transposed
 from .tree_buckets import BUCKETS, bucket_for, pad_tree
 
 DEFAULT_MAX_NEW_TOKENS = 1024
@@ -106,18 +107,21 @@ class StaticEngine(Engine):
     the module's notes). ``max_new_tokens``: what a request may generate when the
     capacity is sized per request. ``curve`` pins the latency curve as for
     :class:`Engine`. The latency curve, draft depth limits, lock and thread reporting
-    behave as the base engine's; the model's linear layers are not switched to other
-    layouts. On a CPU, grouped-query attention runs packed
-    (:mod:`~ngram_trie_rag.engine.gqa_attention`): the step passes a keyword that only
-    its own forwards carry. ``background``: compile shapes on a background thread while
-    requests run eagerly (see the module's notes).
+    behave as the base engine's. A compiled step runs the linear layers of the step
+    sizes in ``transposed_rows`` (rows: 1 for the plain step, 1 + bucket for a tree) in
+    the transposed layout (:mod:`~ngram_trie_rag.engine.transposed_rows`); None: the
+    sizes where that measures faster here, timed once a compile is first asked for. On a CPU,
+    grouped-query attention runs packed (:mod:`~ngram_trie_rag.engine.gqa_attention`):
+    the step passes a keyword that only its own forwards carry. ``background``: compile
+    shapes on a background thread while requests run eagerly (see the module's notes).
     """
 
     def __init__(self, model: torch.nn.Module, lock: threading.Lock | None = None, *,
                  capacity: int | None = None, compiled: bool = False,
                  buckets: tuple[int, ...] = BUCKETS, curve: LatencyCurve | None = None,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                 uniform: int | None = None, background: bool = True) -> None:
+                 uniform: int | None = None, background: bool = True,
+                 transposed_rows: tuple[int, ...] | None = None) -> None:
         check_supported(model)
         family = f"{type(model).__name__} (model_type {getattr(model.config, 'model_type', '?')!r})"
         windows = attention_windows(model.config)
@@ -176,6 +180,10 @@ class StaticEngine(Engine):
         self._staging = Staging(model.device)
         self._cudagraphs = compiled and model.device.type == "cuda"
         self._compiled_fn = None
+        # the step sizes (rows) whose compiled linear layers run transposed; None:
+        # measured when a compile is first asked for (see :mod:`.transposed_rows`)
+        self.transposed_rows = None if transposed_rows is None else frozenset(transposed_rows)
+        self._layout_lock = threading.Lock()
         self._compiler = None  # compiles a cache size's shapes off the request path
         if compiled:
             config = torch._dynamo.config
@@ -188,7 +196,7 @@ class StaticEngine(Engine):
                 if hasattr(config, name):
                     setattr(config, name, max(getattr(config, name), limit))
             self._compiled_fn = torch.compile(
-                _own_code(self._forward), fullgraph=True, dynamic=False,
+                _own_code(self._compiled_forward), fullgraph=True, dynamic=False,
                 mode="reduce-overhead" if self._cudagraphs else None)
             if background:
                 self._compiler = BackgroundCompiler(self._compile_shapes,
@@ -272,6 +280,7 @@ class StaticEngine(Engine):
         if self._compiler is not None:  # compiled only once all its shapes are
             compiled = self._compiler.ready(capacity)
             if not compiled:
+                self._choose_layout()  # here: the compile thread's own team would skew it
                 self._compiler.request(capacity)
             elif self._cudagraphs and not self._compiler.idle():
                 # a request records its CUDA graphs on first use, and a capture must not
@@ -292,6 +301,7 @@ class StaticEngine(Engine):
         False for an engine that does not compile."""
         if self._compiled_fn is None:
             return False
+        self._choose_layout()
         if self._compiler is None:
             self._compile_shapes(capacity)
             return True
@@ -303,6 +313,7 @@ class StaticEngine(Engine):
         runs beside a request without touching its state, and hits the same guards)."""
         device = self.model.device
         staging = Staging(device)
+        self._choose_layout()
         if self._cudagraphs:
             cudagraph_trees_for_this_thread()
         on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
@@ -319,6 +330,17 @@ class StaticEngine(Engine):
                 sync_device(device)
                 for layer in cache.layers:  # the next shape writes at position 1 again
                     layer.cumulative_length.fill_(1)
+
+    def _choose_layout(self) -> None:
+        """Measure :attr:`transposed_rows` if not given: before the first trace, as
+        the graphs bake it in, and on the thread that asks for the compile (about a
+        second, once per process and model shape): on the compile thread its own
+        OpenMP team would slow the products the steps later run without it (see
+        :mod:`.background_compile`)."""
+        with self._layout_lock:
+            if self.transposed_rows is None:
+                self.transposed_rows = faster_transposed(
+                    self.model, [1 + size for size in self.step_sizes()])
 
     @torch.inference_mode()
     def prepare(self, kv: StaticKV, last: int, tree: DraftTree) -> StepInputs:
@@ -412,6 +434,8 @@ class StaticEngine(Engine):
         q = inputs.ids.shape[1]
         oversized = q - 1 > max(self.buckets)
         if kv.compiled and not oversized:
+            if self.transposed_rows is None:  # compiling on first use
+                self._choose_layout()
             if self._cudagraphs:  # a request may run on any thread (a batch's pool, say)
                 cudagraph_trees_for_this_thread()
             logits = self._compiled_fn(inputs.ids, inputs.positions, inputs.mask, kv.cache)
@@ -420,6 +444,15 @@ class StaticEngine(Engine):
         else:
             logits = self._forward(inputs.ids, inputs.positions, inputs.mask, kv.cache)
         return logits[: 1 + inputs.drafted]
+
+    def _compiled_forward(self, ids: torch.Tensor, positions: torch.Tensor,
+                          mask: torch.Tensor, cache) -> torch.Tensor:
+        """:meth:`_forward`, its linear layers over the listed row counts transposed:
+        the code Dynamo traces (the mode becomes part of the graph)."""
+        if not self.transposed_rows:
+            return self._forward(ids, positions, mask, cache)
+        with TransposedRows(self.transposed_rows):
+            return self._forward(ids, positions, mask, cache)
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                  cache) -> torch.Tensor:
