@@ -1,7 +1,8 @@
 """The compiled static engine across model families: exactness, then speed.
 
 ``--check`` (tiny random models of every family in the tests' architecture matrix):
-per family, the compiled engine's ``plain``, ``chain`` and ``trie`` tokens against the
+per family, the compiled engine's ``plain``, ``chain`` and ``trie`` tokens (both step
+shapes' linear layers in the transposed layout) against the
 eager static engine's plain decoding (must be identical) and against
 ``generate(do_sample=False)`` (reported: compiled kernels may round differently), with
 the seconds the two shapes took to compile.
@@ -10,8 +11,9 @@ the seconds the two shapes took to compile.
 and Gemma-3-shaped): plain decoding's ms per token through the eager engine (today's
 path: the direct Llama step or the model's modules), the static engine run eagerly and
 compiled (shapes compiled before the timing), beside the time of the model's linear
-layers alone (one matrix-vector product per weight: reading every weight once, the
-floor of any one-token step on this host).
+layers alone in the modules' own layout (one ``F.linear`` per weight), and the layouts
+each engine ran: the eager engine's for a plain step (from its latency curve), and the
+row counts whose compiled linear layers run transposed (measured when it compiles).
 
     HF_HUB_OFFLINE=1 python scripts/compiled_families.py --check
     HF_HUB_OFFLINE=1 python scripts/compiled_families.py --speed --threads 2
@@ -57,7 +59,9 @@ def check(names: list[str], new_tokens: int) -> None:
         model = build(FAMILIES[name])
         eager = SpeculativeGenerator(model, word_tokenizer(), engine=StaticEngine(
             model, compiled=False, buckets=(4,), curve=FLAT))
-        engine = StaticEngine(model, compiled=True, buckets=(4,), curve=FLAT)
+        # both step shapes' linear layers transposed, whatever tiny weights measure
+        engine = StaticEngine(model, compiled=True, buckets=(4,), curve=FLAT,
+                              transposed_rows=(1, 5))
         compiled = SpeculativeGenerator(model, word_tokenizer(), engine=engine)
         ids = random_prompt(80, seed=3)
         plain = eager.generate(ids, max_new_tokens=new_tokens, method="none").token_ids
@@ -175,8 +179,9 @@ def speed(kinds: list[str], prompt_len: int, new_tokens: int, repeats: int,
           f"{new_tokens} new tokens, median of {repeats}")
     print("| shape | eager engine ms/token (bare step) | static, eager | static, compiled | "
           "compiled vs eager engine | linear layers alone | eager engine / floor | "
-          "compile s | compiled tokens == eager engine's |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "compile s | compiled tokens == eager engine's | layouts (eager engine's "
+          "plain step; compiled rows transposed) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for kind in kinds:
         model = shaped(kind)
         ids = random_prompt(prompt_len, seed=1, vocab_size=model.config.vocab_size)
@@ -207,7 +212,8 @@ def speed(kinds: list[str], prompt_len: int, new_tokens: int, repeats: int,
               f"({step['static']:.1f}) | {ms['compiled']:.1f} ({step['compiled']:.1f}) | "
               f"{ms['eager'] / ms['compiled']:.2f}x ({step['eager'] / step['compiled']:.2f}x) "
               f"| {floor:.1f} | {ms['eager'] / floor:.2f}x | {compile_s:.0f} | "
-              f"{tokens['compiled'] == tokens['eager']} |", flush=True)
+              f"{tokens['compiled'] == tokens['eager']} | {eager.engine.curve.layout(1)}; "
+              f"{sorted(engine.transposed_rows)} |", flush=True)
         if profile:
             print(f"\n{kind}, compiled, 20 plain steps:\n{operator_profile(engine, ids)}",
                   flush=True)
