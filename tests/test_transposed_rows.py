@@ -39,6 +39,14 @@ def test_listed_rows_run_weight_first_and_compute_the_same(rows: int, bias: bool
     torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias))
 
 
+def test_keyword_arguments_are_read_too() -> None:
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(8, 4), torch.randn(8), torch.randn(1, 4)
+    with torch.inference_mode(), TransposedRows(frozenset({1})):
+        got = F.linear(x, weight=weight, bias=bias)
+    torch.testing.assert_close(got, F.linear(x, weight, bias))
+
+
 def test_unlisted_rows_and_other_calls_run_unchanged() -> None:
     torch.manual_seed(0)
     layer = torch.nn.Linear(24, 40)

@@ -45,10 +45,11 @@ class TransposedRows(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.linear:
-            x, weight, *rest = args
-            bias = rest[0] if rest else kwargs.get("bias")
-            if (x.numel() // x.shape[-1] in self.rows and weight.dim() == 2
-                    and weight.dtype.is_floating_point):
+            x = args[0] if args else kwargs["input"]
+            weight = args[1] if len(args) > 1 else kwargs["weight"]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            if (x.shape[-1] and x.numel() // x.shape[-1] in self.rows
+                    and weight.dim() == 2 and weight.dtype.is_floating_point):
                 out = transposed_product(x, weight)
                 return out if bias is None else out + bias
         return func(*args, **kwargs)
