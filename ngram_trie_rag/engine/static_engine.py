@@ -333,8 +333,8 @@ class StaticEngine(Engine):
 
     def _choose_layout(self) -> None:
         """Measure :attr:`transposed_rows` if not given: before the first trace, as
-        the graphs bake it in, and on the thread that asks for the compile (about a
-        second, once per process and model shape): on the compile thread its own
+        the graphs bake it in, and on the thread that asks for the compile (1-4 s on
+        two cores, once per process and model shape): on the compile thread its own
         OpenMP team would slow the products the steps later run without it (see
         :mod:`.background_compile`)."""
         with self._layout_lock:
