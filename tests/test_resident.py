@@ -68,8 +68,9 @@ def test_asks_share_one_loaded_model_and_answer_as_in_process(runtime: Path, tmp
     assert "background process" not in first.stderr  # --json: no notice of the worker
     lock = _lock(runtime)
     assert resident._locked(lock)  # still serving
-    # The second ask found the model loaded: no load of its own, the same answer.
-    assert one["timings"]["load"] > 0 and two["timings"]["load"] == 0
+    # The second ask found the model loaded: no load of its own (the stage's timer still
+    # reads the reused objects, 0.1 ms on a loaded host), the same answer.
+    assert one["timings"]["load"] > 0.05 and two["timings"]["load"] < 0.01
     assert one["answer"] == two["answer"] and one["tokens"] == 16
 
     code = main(["ask", str(SAMPLE), QUESTION, "--rerank", "none", "--cache-dir", str(cache),
