@@ -277,10 +277,11 @@ class StaticEngine(Engine):
         out = self.model(input_ids=torch.tensor([ids], device=self.model.device),
                          **{self._keyword: cache}, use_cache=True, logits_to_keep=1)
         compiled = self._compiled_fn is not None
+        if compiled:  # on this thread, before any trace (see _choose_layout)
+            self._choose_layout()
         if self._compiler is not None:  # compiled only once all its shapes are
             compiled = self._compiler.ready(capacity)
             if not compiled:
-                self._choose_layout()  # here: the compile thread's own team would skew it
                 self._compiler.request(capacity)
             elif self._cudagraphs and not self._compiler.idle():
                 # a request records its CUDA graphs on first use, and a capture must not
@@ -434,8 +435,6 @@ class StaticEngine(Engine):
         q = inputs.ids.shape[1]
         oversized = q - 1 > max(self.buckets)
         if kv.compiled and not oversized:
-            if self.transposed_rows is None:  # compiling on first use
-                self._choose_layout()
             if self._cudagraphs:  # a request may run on any thread (a batch's pool, say)
                 cudagraph_trees_for_this_thread()
             logits = self._compiled_fn(inputs.ids, inputs.positions, inputs.mask, kv.cache)

@@ -61,8 +61,10 @@ _GUARD = threading.Lock()
 
 def faster_transposed(model: torch.nn.Module, row_counts: Iterable[int],
                       repeats: int = 3) -> frozenset[int]:
-    """:func:`measure_transposed`, once per process for a set of weight shapes, dtype,
-    intra-op thread count and row counts."""
+    """The row counts at which the model's linear products run faster transposed by
+    ``LAYOUT_MARGIN`` (:func:`_measure`), measured once per process for a set of weight
+    shapes, dtype, intra-op thread count and row counts. Empty off a CPU, or for a model
+    without plain linear layers."""
     if not linear_layout.applies(model):
         return frozenset()
     weights = [m.weight for m in linear_layout._linears(model)]
@@ -70,26 +72,21 @@ def faster_transposed(model: torch.nn.Module, row_counts: Iterable[int],
            torch.get_num_threads(), tuple(sorted(set(row_counts))))
     with _GUARD:
         if key not in _CHOSEN:
-            _CHOSEN[key] = measure_transposed(model, key[-1], repeats)
+            _CHOSEN[key] = _measure(weights, key[-1], repeats)
         return _CHOSEN[key]
 
 
 @torch.inference_mode()
-def measure_transposed(model: torch.nn.Module, row_counts: Iterable[int],
-                       repeats: int = 3) -> frozenset[int]:
-    """The row counts at which the model's linear products run faster transposed by
-    ``LAYOUT_MARGIN``: per count, every linear layer's product once (each weight read
-    from memory, as a step reads it), each layout's fastest of ``repeats`` after a
-    warm-up, interleaved so that drift hits both. Counts are tried from the smallest
-    up and the first where it runs no faster at all ends the search: the transposed layout's lead
-    shrinks as rows grow (fp32, 2 cores: 28 against 54 ms at one row, 63 against 83
-    at nine, 91 against 98 at seventeen). Empty off a CPU, or for a model without
-    plain linear layers."""
-    if not linear_layout.applies(model):
-        return frozenset()
-    weights = [m.weight for m in linear_layout._linears(model)]
+def _measure(weights: list[torch.Tensor], row_counts: tuple[int, ...],
+             repeats: int) -> frozenset[int]:
+    """Per row count (ascending), every weight's product once (each weight read from
+    memory, as a step reads it), each layout's fastest of ``repeats`` after a warm-up,
+    interleaved so that drift hits both. The first count where the transposed layout
+    runs no faster at all ends the search: its lead shrinks as rows grow (fp32, 2
+    cores: 28 against 54 ms at one row, 63 against 83 at nine, 91 against 98 at
+    seventeen)."""
     faster = set()
-    for rows in sorted(set(row_counts)):
+    for rows in row_counts:
         inputs = {n: torch.randn(rows, n, dtype=weights[0].dtype)
                   for n in {w.shape[1] for w in weights}}
         best = {"stock": float("inf"), "transposed": float("inf")}
