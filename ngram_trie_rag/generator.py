@@ -32,7 +32,7 @@ from .drafting.answer_store import answer_tokens
 from .engine import KV, Engine, engine_for
 from .engine.latency import LatencyCurve
 from .grammar import Constraint, compiler_for
-from .inputs import DraftDocument, Prompt, encode_documents, encode_prompt
+from .inputs import DraftDocument, Prompt, encode_documents, encode_prompt, fit_context
 from .keywords import unknown_keywords
 from .options import GenerationOptions, options_from
 from .repetition import RepetitionStop
@@ -68,8 +68,9 @@ class SpeculativeGenerator:
     """N-gram trie speculative decoding for a Hugging Face causal LM.
 
     Thread-safe: calls are serialised on the model's lock (one KV cache per call).
-    Generators over the same model object share its :class:`~ngram_trie_rag.engine.Engine`
-    (lock, forwards, latency curve); each keeps its own draft budget.
+    Generators over the same model object share its engine
+    (:class:`~ngram_trie_rag.engine.protocol.Engine`: lock, forwards, latency curve);
+    each keeps its own draft budget.
     """
 
     def __init__(self, model, tokenizer, config: DraftConfig | None = None,
@@ -200,15 +201,13 @@ class SpeculativeGenerator:
         check_prompt(prompt)
         method = options.method or self.config.method
         ids = self.encode_prompt(prompt)
-        if len(ids) >= self.context_window:
-            raise ValueError(f"prompt has {len(ids)} tokens; the context window of "
-                             f"{self.model_name} is {self.context_window}")
+        fit_context(ids, self.context_window, self.model_name)  # room for an answer
         constraint = None
         if options.grammar is not None:  # compiled (or a clear error) before the model is held
             constraint = compiler_for(self.tokenizer, self.logits_width).constraint(
                 options.grammar)
         docs = self.encode_documents(documents) if documents is not None else None
-        _ = self.engine.curve  # stored, or probed now (not while the stream holds the lock)
+        self.engine.load_curve()  # before the stream holds the lock, which a probe takes
         store = options.answer_store
         drafter = self.drafter(ids, docs, method, options.num_draft,
                                answers=store.answers() if store is not None else ())
@@ -246,6 +245,7 @@ class SpeculativeGenerator:
         start = time.perf_counter()
         req.kv, logits = self.engine.prefill(ids, req.limit)
         req.stats.prefix_reused = req.kv.reused
+        req.stats.threads_used = req.kv.threads_used  # CPU threads -> steps, as they run
         if req.constraint is not None:
             logits = req.constraint.apply(logits.unsqueeze(0), req.constraint.bitmasks(
                 -1, DraftTree.empty()), req.params.greedy)[0]
@@ -273,9 +273,6 @@ class SpeculativeGenerator:
         logits = self.engine.run(req.kv, inputs)
         # On an accelerator the forward is still running: host work that does not need
         # its result goes here, before acceptance waits for it.
-        if self.engine.last_threads is not None:
-            used = req.stats.threads_used
-            used[self.engine.last_threads] = used.get(self.engine.last_threads, 0) + 1
         host_s = 0.0  # host work in the forward's shadow, not the forward's cost
         if req.constraint is not None:  # each node's row: what its own path lets follow
             masks_start = time.perf_counter()

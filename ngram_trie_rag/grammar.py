@@ -4,7 +4,7 @@ tree verification.
 Constrained greedy decoding takes, at every step, the argmax over the tokens the
 grammar allows after the tokens so far. Speculation keeps that exactly: each node of the
 draft tree gets the mask of the grammar state *after its own path*, its logits row is
-masked with it, and the usual walk (:func:`ngram_trie_rag.sampling.accept`) accepts the
+masked with it, and the usual walk (:func:`ngram_trie_rag.engine.acceptance.host_walk`) accepts the
 longest path of masked-argmax matches plus a bonus token. xgrammar fills every node's
 mask in one call (``GrammarMatcher.traverse_draft_tree``) and restores the matcher;
 afterwards the matcher advances by the tokens the step emitted.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .validation import valid_text
@@ -30,20 +30,6 @@ def tokenizer_lock(tokenizer: Any) -> threading.Lock:
         if lock is None:
             lock = _LOCKS[tokenizer] = threading.Lock()
         return lock
-
-
-def unique_documents(documents: Sequence[Any], key=lambda d: d) -> list[Any]:
-    """Documents without repeats (first occurrences, in order): a copy of a document
-    only doubles its n-gram counts. ``key`` gives the compared content."""
-    seen: set[Hashable] = set()
-    out = []
-    for doc in documents:
-        k = key(doc)
-        k = k if isinstance(k, str) else tuple(k)
-        if k not in seen:
-            seen.add(k)
-            out.append(doc)
-    return out
 
 
 def encode_prompt(tokenizer: Any, prompt: Prompt, vocab_size: int,
@@ -99,11 +85,29 @@ def _apply_chat_template(tokenizer: Any, messages: list[dict[str, Any]],
 
 
 def encode_documents(tokenizer: Any, documents: Sequence[DraftDocument]) -> list[list[int]]:
-    """Checked documents (:func:`ngram_trie_rag.validation.check_documents`) -> token ids,
-    repeats dropped, texts in one tokenizer call. Documents are only drafted from, never
-    fed to the model, so any length is accepted (the trie's token bound applies)."""
+    """Settled documents (:func:`ngram_trie_rag.validation.check_documents`: kinds, blanks
+    and repeats are settled there, once) -> token ids, texts in one tokenizer call.
+    Documents are only drafted from, never fed to the model, so any length is accepted
+    (the trie's token bound applies)."""
     texts = [d for d in documents if isinstance(d, str)]
     with tokenizer_lock(tokenizer):
         encoded = iter(tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
-    ids = [list(next(encoded)) if isinstance(d, str) else list(d) for d in documents]
-    return unique_documents(ids)
+    return [list(next(encoded)) if isinstance(d, str) else list(d) for d in documents]
+
+
+class ContextWindowError(ValueError):
+    """A prompt with no room left in the model's context window; ``tokens`` and ``window``
+    let a caller say it in its own terms (the command line names ``--k``)."""
+
+    def __init__(self, tokens: int, window: int, model_name: str) -> None:
+        super().__init__(f"prompt has {tokens} tokens; the context window of {model_name} "
+                         f"is {window}")
+        self.tokens, self.window = tokens, window
+
+
+def fit_context(ids: list[int], window: int, model_name: str = "model") -> list[int]:
+    """``ids`` if the model can read them and still answer (at least one new token fits),
+    else a :class:`ContextWindowError`."""
+    if len(ids) >= window:
+        raise ContextWindowError(len(ids), window, model_name)
+    return ids

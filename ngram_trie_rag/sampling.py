@@ -1,4 +1,5 @@
-"""Token choice at tree nodes, greedy or sampled, and the tree acceptance walk.
+"""Token choice at tree nodes, greedy or sampled (the walks that use it:
+:mod:`ngram_trie_rag.engine.acceptance`).
 
 Acceptance rule (the multi-draft rule of SpecInfer / SGLang for deterministic drafts):
 at the current node draw x ~ p(. | path) -- argmax for greedy -- then descend to the
@@ -12,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
-from .drafting.draft_tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -62,36 +61,3 @@ def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         return int(torch.argmax(logits))
     probs = probabilities(logits, params)
     return int(torch.multinomial(probs, 1, generator=generator))
-
-
-def accept(
-    tree: DraftTree,
-    logits: torch.Tensor,
-    params: SamplingParams,
-    generator: torch.Generator | None,
-) -> tuple[list[int], list[int]]:
-    """Walk the verified tree. ``logits``: (Q, V) for [committed token] + nodes.
-
-    Returns ``(tokens, path)``: the emitted tokens (accepted draft tokens then the
-    bonus token) and the accepted node indices (query rows, 1-based; 0 is the root).
-    """
-    children = tree.children()
-    if params.greedy:
-        # One host transfer for the whole tree instead of one per visited node.
-        choices = torch.argmax(logits, dim=-1).tolist()
-        pick = choices.__getitem__
-    else:
-        def pick(row: int) -> int:
-            return choose(logits[row], params, generator)
-
-    tokens: list[int] = []
-    path: list[int] = []
-    row = 0
-    while True:
-        tok = pick(row)
-        tokens.append(tok)
-        child = children[row].get(tok)
-        if child is None:
-            return tokens, path
-        row = child + 1
-        path.append(row)

@@ -51,7 +51,7 @@ def main() -> None:
     start = time.perf_counter()
     compiled = StaticEngine(model, compiled=True, buckets=(16,), capacity=CAPACITY)
     beside, tokens = answer(compiled)
-    if not compiled.warm_up(CAPACITY, timeout=1800):
+    if not compiled.compile_for(CAPACITY, timeout=1800):
         raise SystemExit("the shapes did not compile")
     print(f"switch interval {args.switch_interval or 'engine default'}: {tokens} tokens "
           f"alone {alone:.1f} s, beside the compile {beside:.1f} s; compiled after "

@@ -46,7 +46,7 @@ from model_families import (  # noqa: E402 - the tests' helpers
 
 from ngram_trie_rag import SpeculativeGenerator  # noqa: E402
 from ngram_trie_rag.drafting import DraftTree  # noqa: E402
-from ngram_trie_rag.engine import Engine, LatencyCurve  # noqa: E402
+from ngram_trie_rag.engine import EagerEngine, LatencyCurve  # noqa: E402
 from ngram_trie_rag.engine.static_engine import StaticEngine  # noqa: E402
 from ngram_trie_rag.reference import greedy_reference  # noqa: E402
 
@@ -67,7 +67,7 @@ def check(names: list[str], new_tokens: int) -> None:
         plain = eager.generate(ids, max_new_tokens=new_tokens, method="none").token_ids
         docs = drafting_documents(plain, seed=3)
         start = time.perf_counter()
-        if not engine.warm_up(engine.capacity_for(len(ids), new_tokens)):
+        if not engine.compile_for(engine.capacity_for(len(ids), new_tokens)):
             print(f"{name:18s} did not compile (see above)", flush=True)
             continue
         compile_s = time.perf_counter() - start
@@ -138,7 +138,7 @@ def decode_ms(gen: SpeculativeGenerator, ids: list[int],
     return 1000 * result.stats.decode_s / max(len(result.token_ids) - 1, 1), result.token_ids
 
 
-def plain_step(engine: Engine, kv, logits: torch.Tensor) -> torch.Tensor:
+def plain_step(engine: EagerEngine, kv, logits: torch.Tensor) -> torch.Tensor:
     """One bare plain step (prepare, forward, argmax, commit): the next logits."""
     inputs = engine.prepare(kv, int(logits.argmax()), DraftTree.empty())
     logits = engine.run(kv, inputs)[0]
@@ -147,7 +147,7 @@ def plain_step(engine: Engine, kv, logits: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def step_ms(engine: Engine, ids: list[int], steps: int) -> float:
+def step_ms(engine: EagerEngine, ids: list[int], steps: int) -> float:
     """Median ms of the engine's bare plain step (prepare, forward, argmax, commit)."""
     kv, logits = engine.prefill(ids, steps + 1)
     times = []
@@ -159,7 +159,7 @@ def step_ms(engine: Engine, ids: list[int], steps: int) -> float:
 
 
 @torch.inference_mode()
-def operator_profile(engine: Engine, ids: list[int], steps: int = 20) -> str:
+def operator_profile(engine: EagerEngine, ids: list[int], steps: int = 20) -> str:
     """Torch's operators over ``steps`` bare plain steps, by self CPU time."""
     kv, logits = engine.prefill(ids, steps + 1)
     with torch.profiler.profile() as prof:
@@ -186,13 +186,13 @@ def speed(kinds: list[str], prompt_len: int, new_tokens: int, repeats: int,
         model = shaped(kind)
         ids = random_prompt(prompt_len, seed=1, vocab_size=model.config.vocab_size)
         twin = shaped(kind)  # the same weights: the eager engine switches modules in place
-        eager = SpeculativeGenerator(twin, tokenizer, engine=Engine(twin))
+        eager = SpeculativeGenerator(twin, tokenizer, engine=EagerEngine(twin))
         # plain decoding runs one shape; the smallest bucket is the only other one compiled
         static = SpeculativeGenerator(model, tokenizer, engine=StaticEngine(model, buckets=(1,)))
         engine = StaticEngine(model, compiled=True, buckets=(1,))
         compiled = SpeculativeGenerator(model, tokenizer, engine=engine)
         start = time.perf_counter()
-        if not engine.warm_up(engine.capacity_for(prompt_len, new_tokens)):
+        if not engine.compile_for(engine.capacity_for(prompt_len, new_tokens)):
             print(f"| {kind} | did not compile (see above) |", flush=True)
             continue
         compile_s = time.perf_counter() - start

@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ngram_trie_rag.bench import cost_curve  # noqa: E402
+from ngram_trie_rag.cache_paths import data_dir  # noqa: E402
 from ngram_trie_rag.commands.cli import main as cli  # noqa: E402
 from ngram_trie_rag.engine.latency import sync_device  # noqa: E402
 
@@ -166,7 +167,7 @@ def bucketed(out: Path, device: torch.device, quick: bool, gguf: Path, data: Pat
     from ngram_trie_rag.bench.config import BenchConfig
     from ngram_trie_rag.bench.data import load_items
     from ngram_trie_rag.bench.report import bench_table, write_json
-    from ngram_trie_rag.bench.runner import encode_item, reserve_and_compile, run_benchmark
+    from ngram_trie_rag.bench.runner import encode_item, run_benchmark, warm_up
 
     for dtype in dtypes.split(","):
         name, methods, limit = BUCKETED[dtype]
@@ -174,7 +175,7 @@ def bucketed(out: Path, device: torch.device, quick: bool, gguf: Path, data: Pat
         gen = SpeculativeGenerator.from_pretrained(gguf, device=device, dtype=dtype,
                                                    engine="compiled")
         start = time.perf_counter()
-        warm_up_s = reserve_and_compile(gen, [encode_item(gen, it)
+        warm_up_s = warm_up(gen, [encode_item(gen, it)
                                               for it in load_items(data, limit)], tokens)
         print(f"bucketed {name}: {len(gen.engine.step_sizes())} shapes compiled in "
               f"{warm_up_s:.1f} s", flush=True)
@@ -360,8 +361,7 @@ def main() -> None:
     p.add_argument("--after", type=Path, default=None, metavar="FILE",
                    help="bucketed part: benchmark only once FILE exists (compile before)")
     p.add_argument("--dtypes", default="float32,bfloat16", help="bucketed part: dtypes")
-    p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "spec_bench"
-                   / "rag.jsonl")
+    p.add_argument("--data", type=Path, default=data_dir() / "spec_bench" / "rag.jsonl")
     args = p.parse_args()
     unknown = set(args.dtypes.split(",")) - BUCKETED.keys()
     if unknown:

@@ -23,9 +23,10 @@ import torch
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.data import load_items
 from ngram_trie_rag.bench.methods import run_vanilla
-from ngram_trie_rag.bench.runner import reserve_and_compile
+from ngram_trie_rag.bench.runner import warm_up
+from ngram_trie_rag.cache_paths import data_dir
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench" / "rag.jsonl"
+DATA = data_dir() / "spec_bench" / "rag.jsonl"
 METHODS = ("none", "chain", "trie")
 
 
@@ -45,7 +46,7 @@ def agreement(gen: SpeculativeGenerator, data: str | Path, limit: int, skip: int
     so no answer waits for a compile and the compile time is reported apart."""
     items = load_items(data, limit=limit)[skip:]
     requests = [item.request(gen.tokenizer) for item in items]
-    compile_s = reserve_and_compile(gen, [gen.encode_prompt(r.prompt) for r in requests],
+    compile_s = warm_up(gen, [gen.encode_prompt(r.prompt) for r in requests],
                                     max_new_tokens)
     if compile_s:
         print(f"compiled the step shapes in {compile_s:.1f} s", flush=True)

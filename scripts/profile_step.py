@@ -4,7 +4,8 @@ acceptance walk, KV compaction and the drafter's update, on Spec-Bench RAG promp
     python scripts/profile_step.py --data ../shared/data/spec_bench/rag.jsonl --limit 5
 
 Timed with cProfile over the decode loop's own seams (``Drafter.propose``,
-``Engine.prepare``, ``Engine.run``, ``accept``, ``Engine.commit``, ``Drafter.update``):
+``EagerEngine.prepare``, ``EagerEngine.run``, ``host_walk``, ``EagerEngine.commit``,
+``Drafter.update``):
 nothing is patched, and a seam that is never called is an error, not a silent zero.
 cProfile adds a little to every Python call, so read shares, not absolute times.
 """
@@ -19,21 +20,22 @@ import pstats
 import torch
 
 from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.cache_paths import data_dir
 
 # label -> (file suffix, function name) of the seams the decode loop calls once per step
 SEAMS = {
     "draft (Drafter.propose)": ("drafting/drafter.py", "propose"),
-    "tree mask + positions (Engine.prepare)": ("engine/engine.py", "prepare"),
-    "model forward (Engine.run)": ("engine/engine.py", "run"),
-    "acceptance walk (+device sync)": ("ngram_trie_rag/sampling.py", "accept"),
-    "KV compaction (Engine.commit)": ("engine/engine.py", "commit"),
+    "tree mask + positions (EagerEngine.prepare)": ("engine/eager.py", "prepare"),
+    "model forward (EagerEngine.run)": ("engine/eager.py", "run"),
+    "acceptance walk (+device sync)": ("ngram_trie_rag/engine/acceptance.py", "host_walk"),
+    "KV compaction (EagerEngine.commit)": ("engine/eager.py", "commit"),
     "budget + trie learning (Drafter.update)": ("drafting/drafter.py", "update"),
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--data", default="../shared/data/spec_bench/rag.jsonl")
+    parser.add_argument("--data", default=str(data_dir() / "spec_bench" / "rag.jsonl"))
     parser.add_argument("--limit", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--dtype", default="float32")

@@ -3,8 +3,8 @@
 On Spec-Bench RAG prompts of at least ``--min-prompt`` tokens, answers each prompt with
 ``method="chain"`` and ``method="trie"`` (interleaved, the same generator and budget
 type), and times every step's three engine seams: building the positions and the
-ancestor mask (``Engine.prepare``), the forward (``Engine.run``) and the KV compaction
-to the accepted path (``Engine.commit``). Prints, per method and number of draft nodes,
+ancestor mask (``EagerEngine.prepare``), the forward (``EagerEngine.run``) and the KV compaction
+to the accepted path (``EagerEngine.commit``). Prints, per method and number of draft nodes,
 the median of each, then per method the whole step (decode time per step, drafting
 included) beside the accepted length.
 
@@ -17,21 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.cache_paths import data_dir
 
-# The benchmark data: $NGRAM_TRIE_RAG_DATA, else shared/data beside the source tree.
-DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")
-            or Path(__file__).resolve().parents[2] / "shared" / "data")
+DATA = data_dir()
 METHODS = ("chain", "trie")
 SEAMS = ("prepare", "run", "commit")
 

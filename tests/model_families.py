@@ -131,11 +131,11 @@ def pinned_generator(model: torch.nn.Module, tokenizer=None):
     """A generator over ``model`` with a flat latency curve pinned (nothing measured:
     seconds per model, and every draft is worth verifying). Call with ``num_draft``."""
     from ngram_trie_rag import SpeculativeGenerator
-    from ngram_trie_rag.engine import Engine, LatencyCurve
+    from ngram_trie_rag.engine import EagerEngine, LatencyCurve
 
     curve = LatencyCurve({q: 0.01 for q in (1, 2, 3, 5, 9, 17, 33)}, {}, pack_single=False)
     return SpeculativeGenerator(model, tokenizer or word_tokenizer(),
-                                engine=Engine(model, curve=curve))
+                                engine=EagerEngine(model, curve=curve))
 
 
 def accepted(result) -> int:

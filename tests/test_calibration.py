@@ -13,7 +13,7 @@ import torch
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.commands.cli import main
-from ngram_trie_rag.engine import Engine, curve_cache
+from ngram_trie_rag.engine import EagerEngine, curve_cache
 from ngram_trie_rag.engine.latency import SIZES, LatencyCurve, latency_curve
 from ngram_trie_rag.loading import DEFAULT_MODEL_NAME, default_model_dir
 
@@ -40,7 +40,7 @@ def fresh(generator: SpeculativeGenerator) -> SpeculativeGenerator:
     """A generator over the session's model with an engine of its own, whose curve is
     looked up afresh."""
     return SpeculativeGenerator(generator.model, generator.tokenizer,
-                                engine=Engine(generator.model))
+                                engine=EagerEngine(generator.model))
 
 
 def _refuse(*_args, **_kwargs):

@@ -9,7 +9,7 @@ import pytest
 from data_files import read_jsonl
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.engine import Engine, LatencyCurve
+from ngram_trie_rag.engine import EagerEngine, LatencyCurve
 from ngram_trie_rag.engine.latency import SIZES
 from ngram_trie_rag.reference import greedy_reference
 
@@ -124,7 +124,7 @@ def test_engine_variants_keep_greedy_exact(generator, modules_model, name, messa
     the modules, greedy output stays that of ``generate``."""
     direct = engine == "llama-step"
     model = generator.model if direct else modules_model
-    pinned = Engine(model, direct_step=direct, curve=_pinned_curve(layout))
+    pinned = EagerEngine(model, direct_step=direct, curve=_pinned_curve(layout))
     assert (pinned.step is not None) == direct  # the packaged model is a Llama
     assert pinned.packed_gqa  # CPU, SDPA, 9 query heads over 3 KV heads
     forced = SpeculativeGenerator(model, generator.tokenizer, engine=pinned)

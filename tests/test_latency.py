@@ -13,7 +13,7 @@ import torch
 from tiny_model import tiny_llama
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.engine import Engine, curve_cache, linear_layout, llama_step
+from ngram_trie_rag.engine import EagerEngine, curve_cache, linear_layout, llama_step
 from ngram_trie_rag.engine.latency import SIZES, LatencyCurve, default_curve, latency_curve
 
 KEY = ("LlamaForCausalLM", "llama", 1234, "torch.float32", "cpu", 2, 2, 32, True)
@@ -26,7 +26,7 @@ def tiny() -> SpeculativeGenerator:
     """A generator running the model's modules, so every variant a curve can name (the
     transposed layout, packed attention) is installed and timed through them."""
     model, tokenizer = tiny_llama(seed=3)
-    return SpeculativeGenerator(model, tokenizer, engine=Engine(model, direct_step=False))
+    return SpeculativeGenerator(model, tokenizer, engine=EagerEngine(model, direct_step=False))
 
 
 def test_store_round_trip(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_a_stored_curve_is_used_as_stored(tiny: SpeculativeGenerator, tmp_path: 
     monkeypatch.setattr(curve_cache, "_CURVES", {})
     for name in ("latency_curve", "default_curve"):
         monkeypatch.setattr(curve_cache, name, _refuse_to_time)
-    engine = Engine(tiny.model, direct_step=False)
+    engine = EagerEngine(tiny.model, direct_step=False)
     key = curve_cache.curve_key(tiny.model, engine.step)
     stale = LatencyCurve({q: 1000.0 * q for q in (1, 2, 9, 17)}, {9: "transposed"})
     assert curve_cache.save(key, stale).parent == tmp_path / "latency"
@@ -123,7 +123,7 @@ def test_generators_over_one_model_share_its_engine_and_curve() -> None:
     with first.engine.lock:
         assert second.busy
     assert not second.busy
-    pinned = SpeculativeGenerator(model, tokenizer, engine=Engine(model, curve=CURVE))
+    pinned = SpeculativeGenerator(model, tokenizer, engine=EagerEngine(model, curve=CURVE))
     assert pinned.engine is not first.engine
     assert pinned.latency_curve is pinned.reshaped(n=5).latency_curve is CURVE
 
@@ -144,15 +144,15 @@ def test_a_layout_the_host_cannot_run_is_skipped(dtype: torch.dtype,
                     "offered, so there is no failing layout to skip")
     model, tokenizer = tiny_llama(seed=7)
     model = model.to(dtype)
-    engine = Engine(model, curve=CURVE)
+    engine = EagerEngine(model, curve=CURVE)
     assert engine.step is not None and linear_layout.prepack_applies(model)
     monkeypatch.setattr(llama_step, "prepacked", _refuse)  # the kernel fails at model shapes
     curve = latency_curve(model, step=engine.step, sizes=(1, 8), repeats=1)
     assert "prepacked" not in curve.layouts.values()
     assert set(curve.seconds) == {1, 2, 9}
     ids = [3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 3, 4, 5]
-    pinned = SpeculativeGenerator(model, tokenizer, engine=Engine(model, curve=curve))
-    plain = SpeculativeGenerator(model, tokenizer, engine=Engine(model, curve=curve),
+    pinned = SpeculativeGenerator(model, tokenizer, engine=EagerEngine(model, curve=curve))
+    plain = SpeculativeGenerator(model, tokenizer, engine=EagerEngine(model, curve=curve),
                                  method="none")
     assert pinned.generate(ids, max_new_tokens=16).token_ids == plain.generate(
         ids, max_new_tokens=16).token_ids

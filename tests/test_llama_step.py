@@ -14,7 +14,7 @@ from tiny_model import tiny_llama
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.drafting.draft_tree import DraftTree
-from ngram_trie_rag.engine import Engine, gqa_attention, linear_layout, llama_step
+from ngram_trie_rag.engine import EagerEngine, gqa_attention, linear_layout, llama_step
 from ngram_trie_rag.engine.forward import forward
 from ngram_trie_rag.engine.kv_cache import cache_kwargs, new_cache
 from ngram_trie_rag.engine.llama_step import LlamaStep
@@ -163,7 +163,7 @@ def test_applies_only_where_the_structure_holds(generator) -> None:
     step = generator.engine.step
     assert step is not None  # the packaged model is a Llama: its steps run directly
     assert SpeculativeGenerator(model, generator.tokenizer).engine.step is step
-    assert Engine(model).step is step  # one step (and its weight copies) per model
+    assert EagerEngine(model).step is step  # one step (and its weight copies) per model
     with pytest.raises(ValueError, match="Llama step only"):
         forward(model, None, torch.tensor([[4]]), torch.tensor([[0]]), None, new_cache(),
                 "prepacked", False)
@@ -174,9 +174,9 @@ def test_a_modules_engine_leaves_the_step_to_later_engines() -> None:
     model; later engines over the same model must still run the Llama step (the step
     does its own attention, whatever the configured one)."""
     model, _ = tiny_llama(seed=4, vocab_size=32)
-    assert Engine(model, direct_step=False).step is None
+    assert EagerEngine(model, direct_step=False).step is None
     assert llama_step.applies(model)
-    assert Engine(model).step is not None
+    assert EagerEngine(model).step is not None
 
 
 def test_other_architectures_run_the_modules() -> None:

@@ -20,9 +20,9 @@ from model_families import FAMILIES, SIZE, build, drafting_documents, random_pro
 from torch.overrides import TorchFunctionMode
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.bench.runner import compile_shapes
+from ngram_trie_rag.bench.runner import warm_up
 from ngram_trie_rag.drafting import DraftTree
-from ngram_trie_rag.engine import Engine, LatencyCurve, static_engine
+from ngram_trie_rag.engine import EagerEngine, EngineInfo, LatencyCurve, static_engine
 from ngram_trie_rag.engine.staging import Staging
 from ngram_trie_rag.engine.static_engine import StaticEngine, static_engine_for
 from ngram_trie_rag.reference import greedy_reference
@@ -257,7 +257,7 @@ def test_compaction_matches_the_base_engine() -> None:
     """After a tree step and its commit, the next step's logits equal the base engine's."""
     model = _tiny("llama")
     static = StaticEngine(model, compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
-    base = Engine(model, curve=FLAT)
+    base = EagerEngine(model, curve=FLAT)
     ids = random_prompt(25, seed=5)
     tree = DraftTree(np.array([11, 12, 13, 14]), np.array([-1, 0, -1, 2]),
                      np.array([1, 2, 1, 2]))
@@ -304,7 +304,8 @@ def test_refuses_rope_that_recomputes() -> None:
 def test_static_engine_for_is_cached_per_model() -> None:
     model = _tiny("llama")
     assert static_engine_for(model) is static_engine_for(model)
-    assert static_engine_for(model).prefixes.enabled is False
+    assert static_engine_for(model).describe() == EngineInfo("static", False, "modules")
+    assert static_engine_for(model, compiled=True).describe().name == "compiled"
 
 
 # ---- compiled ---------------------------------------------------------------------------
@@ -350,8 +351,8 @@ def test_compiled_in_the_background_equals_eager_without_recompiles() -> None:
                                   method="trie", num_draft=4)
     assert first.token_ids == plain[1]
     # as the benchmark does before it times a prompt: wait for its shapes
-    assert compile_shapes(compiled_gen, prompts[2], SMALL_NEW) > 0
-    assert compiled.warm_up(capacity, timeout=0) and compile_shapes(eager_gen, [], 1) == 0
+    assert warm_up(compiled_gen, [prompts[2]], SMALL_NEW) > 0
+    assert compiled.compile_for(capacity, timeout=0) and warm_up(eager_gen, [[1, 2]], 1) == 0
     assert step.calls == len(compiled.step_sizes())  # the background thread's scratch calls
     with torch.compiler.set_stance("fail_on_recompile"):
         for seed, ids in prompts.items():
@@ -440,13 +441,13 @@ def test_under_cuda_graphs_a_request_runs_eagerly_while_any_size_compiles() -> N
     engine._compiler = BackgroundCompiler(lambda capacity: capacity != 512 or gate.wait(30))
     ids = random_prompt(40, seed=1)
     capacity = engine.capacity_for(len(ids), SMALL_NEW)
-    assert capacity != 512 and engine.warm_up(capacity, timeout=30)
+    assert capacity != 512 and engine.compile_for(capacity, timeout=30)
     engine._compiler.request(512)  # another size, compiling until the gate opens
     assert engine.prefill(ids, SMALL_NEW)[0].compiled  # no CUDA graphs: compiled at once
     engine._cudagraphs = True
     assert not engine.prefill(ids, SMALL_NEW)[0].compiled
     gate.set()
-    assert engine.warm_up(512, timeout=30) and engine._compiler.idle()
+    assert engine.compile_for(512, timeout=30) and engine._compiler.idle()
     assert engine.prefill(ids, SMALL_NEW)[0].compiled
 
 
@@ -457,7 +458,7 @@ def test_engines_by_name_and_bad_names_refused() -> None:
     from ngram_trie_rag.engine.choice import make_engine
 
     model = _tiny("llama")
-    assert type(make_engine(model, "eager")) is Engine
+    assert type(make_engine(model, "eager")) is EagerEngine
     assert make_engine(model, "auto") is make_engine(model, "eager")
     static = make_engine(model, "static")
     assert isinstance(static, StaticEngine) and not static.compiled

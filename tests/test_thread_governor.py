@@ -14,7 +14,7 @@ import torch
 from data_files import read_jsonl
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.engine import Engine, LatencyCurve
+from ngram_trie_rag.engine import EagerEngine, LatencyCurve
 from ngram_trie_rag.engine.latency import SIZES
 from ngram_trie_rag.engine.thread_governor import (
     ABORT_RATIO,
@@ -133,7 +133,7 @@ _REFERENCES: dict[tuple[int, ...], list[int]] = {}  # plain greedy on two thread
 def test_switching_threads_every_step_keeps_greedy_exact(generator, layout: str) -> None:
     """One and two threads in turn, step after step, in every linear layout: the same
     tokens as ``generate`` on two threads."""
-    engine = Engine(generator.model, curve=_curve(layout))
+    engine = EagerEngine(generator.model, curve=_curve(layout))
     engine._governor = _EveryStepAnotherCount(2)
     gen = SpeculativeGenerator(generator.model, generator.tokenizer, engine=engine)
     for row in read_jsonl("hagrid/hagrid.jsonl", 2):
@@ -153,7 +153,7 @@ def test_switching_threads_every_step_keeps_greedy_exact(generator, layout: str)
 def test_the_engine_governs_only_its_own_forwards(generator) -> None:
     """A generation on a two-thread process records the counts it used and leaves the
     process's count as it was."""
-    engine = Engine(generator.model, curve=_curve("stock"))
+    engine = EagerEngine(generator.model, curve=_curve("stock"))
     gen = SpeculativeGenerator(generator.model, generator.tokenizer, engine=engine)
     result = gen.generate("The capital of France is", max_new_tokens=8, method="none")
     assert torch.get_num_threads() == 2

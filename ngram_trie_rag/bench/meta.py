@@ -36,8 +36,7 @@ def environment(gen: SpeculativeGenerator) -> dict:
         "parameters": sum(p.numel() for p in model.parameters()),
         "dtype": str(model.dtype).removeprefix("torch."),
         "device": str(device),
-        "engine": type(gen.engine).__name__
-        + (" (compiled)" if getattr(gen.engine, "compiled", False) else ""),
+        "engine": gen.engine.describe().label(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -17,7 +17,6 @@ with degenerate text shows.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 
 import torch
@@ -51,34 +50,16 @@ def load_generator(cfg: RunConfig, generator: SpeculativeGenerator | None = None
                                                          dtype=cfg.dtype, engine=cfg.engine)
     # Every method prefills its whole prompt, as generate does: a cache kept from the
     # previous method's run of the same prompt would make the first token free.
-    generator.engine.prefixes.enabled = False
+    generator.engine.reuse_prefixes(False)
     return generator.reshaped(**draft)
 
 
-def compile_shapes(gen: SpeculativeGenerator, ids: list[int], max_new_tokens: int) -> float:
-    """Seconds spent compiling the step shapes a request of ``ids`` will run, for an
-    engine that compiles them (else 0): every timed step of a compiled engine is then a
-    compiled one, and compiling is reported apart, not inside a method's time."""
-    engine = gen.engine
-    if not getattr(engine, "compiled", False):
-        return 0.0
-    start = time.perf_counter()
-    if not engine.warm_up(engine.capacity_for(len(ids), max_new_tokens)):
-        raise RuntimeError("the compiled engine could not compile its step shapes; see "
-                           "the notice above, or run with --engine eager")
-    return time.perf_counter() - start
-
-
-def reserve_and_compile(gen: SpeculativeGenerator, prompts: Sequence[list[int]],
-                        max_new_tokens: int) -> float:
-    """For an engine that compiles its step shapes: one cache sized for the longest of
-    ``prompts`` (every prompt then runs at that size, so each shape compiles once) and
-    its shapes compiled now. Seconds spent compiling (0 for any other engine)."""
-    engine = gen.engine
-    if not getattr(engine, "compiled", False):
-        return 0.0
-    engine.reserve(max(engine.capacity_for(len(ids), max_new_tokens) for ids in prompts))
-    return compile_shapes(gen, prompts[0], max_new_tokens)
+def warm_up(gen: SpeculativeGenerator, prompts: Sequence[list[int]],
+            max_new_tokens: int) -> float:
+    """Seconds the engine spends getting ready for requests of ``prompts`` (a compiling
+    engine sizes one cache for the longest and compiles its step shapes, so that every
+    timed step is a compiled one and compiling is reported apart; 0 for the others)."""
+    return gen.engine.warm_up([len(ids) for ids in prompts], max_new_tokens)
 
 
 def encode_item(gen: SpeculativeGenerator, item: BenchItem) -> list[int]:
@@ -124,7 +105,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
     runners = make_runners(gen, cfg.methods, cfg.num_draft, cfg.pld_num_tokens,
                            cfg.pld_max_ngram, grammar, cfg.repetition_stop)
 
-    compile_s = reserve_and_compile(gen, prompts, cfg.max_new_tokens)
+    compile_s = warm_up(gen, prompts, cfg.max_new_tokens)
     for _ in range(cfg.warmup):  # first-call costs (allocations, thread pools), not recorded
         for fn in runners.values():
             fn(prompts[0], items[0].documents, min(WARMUP_TOKENS, cfg.max_new_tokens), 0.0)
@@ -134,7 +115,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
     bar = tqdm(list(zip(items, prompts, strict=True)), desc="bench", unit="prompt",
                disable=not progress)
     for i, (item, ids) in enumerate(bar):
-        compile_s += compile_shapes(gen, ids, cfg.max_new_tokens)
+        compile_s += warm_up(gen, [ids], cfg.max_new_tokens)
         prefill = measure_prefill(gen, ids)  # vanilla always runs: it is the reference
         done: dict[str, Run] = {}
         for name in rotated(cfg.methods, i):

@@ -33,13 +33,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ..engine import curve_cache, engine_for
+    from ..engine import engine_for
     from ..loading import load_model
 
     model, _ = load_model(args.model, device=args.device, dtype=args.dtype)
     engine = engine_for(model)
     if args.show:
-        curve, path = curve_cache.stored(model, engine.step)
+        curve, path = engine.stored_curve()
     else:
         print("measuring the latency curve (about half a minute on two cores) ...",
               file=sys.stderr, flush=True)

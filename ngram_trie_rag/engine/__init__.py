@@ -1,6 +1,9 @@
-"""The engine: the model's forwards (direct Llama step or modules), the buffered KV
-cache and its compaction, tree attention inputs, and the measured latency curve that
-picks each forward's variant. Torch; knows nothing of tries.
+"""The engine: one model's forwards as the decode loop runs them, behind one protocol
+(:class:`~ngram_trie_rag.engine.protocol.Engine`): prefill, prepare / run / accept /
+commit a tree step, warm-up, the cost curve, and a description of itself. Two siblings
+implement it: :class:`~ngram_trie_rag.engine.eager.EagerEngine` (a buffered cache, the
+measured CPU variants) and :class:`~ngram_trie_rag.engine.static_engine.StaticEngine`
+(a preallocated cache, fixed step shapes, compiled). Torch; knows nothing of tries.
 
 Names are imported on first use (PEP 562): the engine's light modules (``engine_names``)
 load without torch, for the command line's parser."""
@@ -12,17 +15,21 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 _EXPORTS = {
-    "KV": ".engine",
-    "Engine": ".engine",
-    "StepInputs": ".engine",
-    "engine_for": ".engine",
+    "KV": ".protocol",
+    "Engine": ".protocol",
+    "EngineInfo": ".protocol",
+    "StepInputs": ".protocol",
+    "EagerEngine": ".eager",
+    "engine_for": ".eager",
     "LatencyCurve": ".latency",
 }
 
 if TYPE_CHECKING:
-    from .engine import KV, Engine, StepInputs, engine_for
+    from .eager import EagerEngine, engine_for
     from .latency import LatencyCurve
+    from .protocol import KV, Engine, EngineInfo, StepInputs
 
-__all__ = ["KV", "Engine", "LatencyCurve", "StepInputs", "engine_for"]
+__all__ = ["KV", "EagerEngine", "Engine", "EngineInfo", "LatencyCurve", "StepInputs",
+           "engine_for"]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -1,6 +1,6 @@
 """Which engine runs a generator's forwards, by name (``engine=`` and ``bench --engine``).
 
-- ``eager``: :class:`~ngram_trie_rag.engine.engine.Engine`, the buffered cache and the
+- ``eager``: :class:`~ngram_trie_rag.engine.eager.EagerEngine`, the buffered cache and the
   fastest measured forward of the model's own modules or the direct Llama step.
 - ``static``: :class:`~ngram_trie_rag.engine.static_engine.StaticEngine` run eagerly: a
   preallocated cache and trees padded to fixed sizes.
@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import torch
 
-from .engine import Engine, engine_for
+from .eager import engine_for
 from .engine_names import ENGINES, UNIFORM_NODES
+from .protocol import Engine
 
 
 def check_engine(name: object) -> str:

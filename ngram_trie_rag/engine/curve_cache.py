@@ -274,3 +274,89 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return ""
+
+
+class ModelCurve:
+    """The latency curve an engine's draft budgets read, held for one model's forwards
+    as that engine runs them (``step``: the direct Llama step, else the modules).
+
+    Both engines hold one (composition, not a shared base class). ``pinned``: used as
+    given, never looked up, probed or refined (tests of each variant). ``refines``:
+    whether real steps' timings are folded in; an engine whose steps are not the ones
+    the stored curve times (padded, over a preallocated cache) keeps it as looked up,
+    and each generator's draft budget still learns from the steps it runs."""
+
+    def __init__(self, model: torch.nn.Module, lock: threading.Lock, *,
+                 step: LlamaStep | None, packed_gqa: bool, windows: AttentionWindows,
+                 pinned: LatencyCurve | None = None, refines: bool = True) -> None:
+        self.model, self.lock, self.step = model, lock, step
+        self.packed_gqa, self.windows = packed_gqa, windows
+        self._curve = pinned
+        self._pinned = pinned is not None
+        self._refines = refines and not self._pinned
+
+    @property
+    def curve(self) -> LatencyCurve:
+        """See :meth:`load`."""
+        return self.load()
+
+    def load(self) -> LatencyCurve:
+        """This process's curve, else the stored one, else a quick probe (which takes
+        the model's lock); never a full measurement."""
+        if self._curve is None:
+            self._curve = curve_for(self.model, step=self.step, packed_gqa=self.packed_gqa,
+                                    windows=self.windows, lock=self.lock)
+        return self._curve
+
+    def stored(self) -> tuple[LatencyCurve | None, Path]:
+        """The curve stored on this host for these forwards (None if none), its file."""
+        return stored(self.model, self.step)
+
+    def calibrate(self) -> Path | None:
+        """Measure the full curve now (every size, every variant: the fastest variants
+        are only chosen from a measured curve), store it and use it from here on; a
+        pinned curve stays as given. Returns the curve's file (None: not stored)."""
+        curve, path = calibrate(self.model, step=self.step, packed_gqa=self.packed_gqa,
+                                windows=self.windows, lock=self.lock)
+        if not self._pinned:
+            self._curve = curve
+        return path
+
+    def refine(self, seconds: Mapping[int, float]) -> None:
+        """Fold real steps' timings (forward size -> seconds) into the curve, for the
+        budgets of later generations and, stored, of later processes."""
+        if not self._refines or self._curve is None or not seconds:
+            return
+        refined = refine(self.model, self.step, seconds)
+        if refined is not None:
+            self._curve = refined
+
+
+class CurveVerbs:
+    """The cost-curve verbs of :class:`~ngram_trie_rag.engine.protocol.Engine`, for an
+    engine that holds its curve in ``self.costs`` (a :class:`ModelCurve`)."""
+
+    costs: ModelCurve
+
+    @property
+    def curve(self) -> LatencyCurve:
+        """The latency curve its draft budgets read (see :meth:`ModelCurve.load`)."""
+        return self.costs.curve
+
+    def load_curve(self) -> None:
+        """Look the curve up, or probe it, before a request holds the lock."""
+        self.costs.load()
+
+    def stored_curve(self) -> tuple[LatencyCurve | None, Path]:
+        """The curve stored for these forwards on this host (None if none), its file."""
+        return self.costs.stored()
+
+    def calibrate(self) -> Path | None:
+        """See :meth:`ModelCurve.calibrate`."""
+        return self.costs.calibrate()
+
+    def refine_curve(self, seconds: Mapping[int, float]) -> None:
+        """Take real steps' timings (forward size -> seconds, e.g. a draft budget's
+        :meth:`~ngram_trie_rag.drafting.budget.DraftBudget.refined`) into the curve,
+        where it refines (see :class:`ModelCurve`)."""
+        self.costs.refine(seconds)

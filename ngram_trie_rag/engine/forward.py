@@ -15,8 +15,8 @@ import torch
 
 from . import gqa_attention, linear_layout, llama_step
 from .kv_cache import cache_kwargs
-from .linear_layout import Layout
 from .llama_step import LlamaStep
+from .protocol import Layout
 
 
 def forward(model: torch.nn.Module, step: LlamaStep | None, input_ids: torch.Tensor,

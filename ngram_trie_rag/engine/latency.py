@@ -33,8 +33,9 @@ from ..drafting.budget import interpolated
 from ..drafting.draft_tree import DraftTree
 from . import linear_layout
 from .attention_windows import AttentionWindows
-from .linear_layout import Layout, prepack_applies
+from .linear_layout import prepack_applies
 from .llama_step import LlamaStep
+from .protocol import Layout
 from .thread_governor import intra_op_threads
 
 log = logging.getLogger(__name__)

@@ -45,13 +45,11 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
-Layout = Literal["stock", "transposed", "prepacked"]
 _LINEARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _TRANSPOSED: ContextVar[bool] = ContextVar("ngram_trie_rag_transposed", default=False)
 _INSTALL = threading.Lock()

@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from . import gqa_attention
-from .linear_layout import Layout, prepacked, prepacked_product, transposed_product
+from .linear_layout import prepacked, prepacked_product, transposed_product
+from .protocol import Layout
 
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

@@ -35,7 +35,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class PrefixKeeper:
-    """The latest request's KV (an :class:`~ngram_trie_rag.engine.engine.KV`), offered
+    """The latest request's KV (an :class:`~ngram_trie_rag.engine.protocol.KV`), offered
     to the next prompt. Used under the engine's lock: one request at a time."""
 
     def __init__(self, enabled: bool = True) -> None:

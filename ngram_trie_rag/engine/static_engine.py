@@ -1,6 +1,6 @@
 """A verification engine over a preallocated cache whose step shapes are fixed.
 
-:class:`StaticEngine` runs the same steps as :class:`~ngram_trie_rag.engine.engine.Engine`
+:class:`StaticEngine` runs the same steps as :class:`~ngram_trie_rag.engine.eager.EagerEngine`
 (prefill, then per step one forward over ``[last] + tree``, then compaction to the
 accepted path) with two differences that let the step be compiled, and captured as a
 CUDA graph on a GPU:
@@ -29,7 +29,7 @@ size has shapes not yet compiled runs its steps eagerly, and asks a background t
 inputs; requests that start once they are ready run compiled. A request runs wholly
 eager or wholly compiled, never a mix, so its answer does not depend on when a compile
 finished (in fp32 both give ``generate``'s tokens; in bf16 they may part at a near-tie).
-:meth:`StaticEngine.warm_up` compiles a cache size's shapes and waits for them, as a
+:meth:`StaticEngine.compile_for` compiles a cache size's shapes and waits for them, as a
 benchmark does before it times. ``background=False`` compiles each shape on first use,
 inside the request.
 
@@ -61,8 +61,10 @@ import contextlib
 import itertools
 import sys
 import threading
+import time
 import types
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,15 +73,15 @@ import torch
 
 from ..drafting.draft_tree import DraftTree
 from . import gqa_attention, linear_layout
+from .acceptance import DeviceTree, accept_step
 from .attention_windows import FULL, attention_windows
 from .background_compile import BackgroundCompiler
 from .cudagraph_threads import cudagraph_trees_for_this_thread
-from .device_accept import DeviceTree
-from .engine import KV, Engine, StepInputs
+from .curve_cache import CurveVerbs, ModelCurve
 from .kv_cache import cache_kwargs
 from .latency import LatencyCurve, sync_device
-from .prefix_reuse import PrefixKeeper
-from .rope_limits import rope_limit
+from .protocol import KV, EngineInfo, StepInputs
+from .rope_limits import UNLIMITED, rope_limit
 from .staging import Staging
 from .support import check_supported
 from .transposed_rows import TransposedRows, faster_transposed
@@ -99,16 +101,18 @@ class StaticKV(KV):
     columns: torch.Tensor | None = None  # (capacity,) the key position of each column
 
 
-class StaticEngine(Engine):
+class StaticEngine(CurveVerbs):
     """Verification forwards over a preallocated :class:`~transformers.StaticCache`,
     eager or compiled (``compiled``), trees padded to ``buckets``.
 
     ``capacity``: the cache size to use for every request (None: sized per request, see
     the module's notes). ``max_new_tokens``: what a request may generate when the
     capacity is sized per request. ``curve`` pins the latency curve as for
-    :class:`Engine`. The latency curve, draft depth limits, lock and thread reporting
-    behave as the base engine's. A compiled step runs the linear layers of the step
-    sizes in ``transposed_rows`` (rows: 1 for the plain step, 1 + bucket for a tree) in
+    :class:`~ngram_trie_rag.engine.eager.EagerEngine`; the curve is the modules' stored
+    one, never refined from these steps (padded, over the whole cache: they cost what
+    they cost here; each generator's draft budget still learns from the steps it
+    runs). A compiled step runs the linear layers of the step sizes in
+    ``transposed_rows`` (rows: 1 for the plain step, 1 + bucket for a tree) in
     the transposed layout (:mod:`~ngram_trie_rag.engine.transposed_rows`); None: the
     sizes where that measures faster here, timed once a compile is first asked for. On a CPU,
     grouped-query attention runs packed (:mod:`~ngram_trie_rag.engine.gqa_attention`):
@@ -128,7 +132,7 @@ class StaticEngine(Engine):
         if rope_limit(model) is not None:
             raise ValueError(f"{family} uses a rotary embedding that changes with the sequence "
                              "length (the cache would be recomputed); the static engine "
-                             "cannot serve it. Use Engine.")
+                             "cannot serve it. Use the eager engine.")
         attention = getattr(model.config, "_attn_implementation", None)
         if attention not in (*_BOOL_MASK_ATTENTION, "eager"):
             raise ValueError(f"{family} runs attn_implementation={attention!r}; the static "
@@ -151,14 +155,9 @@ class StaticEngine(Engine):
         self.model = model
         self.lock = lock or threading.Lock()
         self.windows = windows
-        self._rope_limit = None
-        self.packed_gqa = False
-        self.step = None  # the model's own modules run every forward
-        self._curve = curve
-        self._pinned = curve is not None
-        self.prefixes = PrefixKeeper(enabled=False)  # each request prefills its prompt
-        self._governor = None
-        self.last_threads = None
+        # the model's own modules run every forward: their stored curve
+        self.costs = ModelCurve(model, self.lock, step=None, packed_gqa=False,
+                                windows=windows, pinned=curve, refines=False)
         self.buckets = tuple(sorted(set(buckets)))
         self.uniform = uniform
         self.capacity = capacity
@@ -202,10 +201,23 @@ class StaticEngine(Engine):
                 self._compiler = BackgroundCompiler(self._compile_shapes,
                                                     "static engine's step shapes")
 
-    def refine_curve(self, seconds) -> None:
-        """Not taken: this engine's steps (padded, over the whole cache) cost what they
-        cost here, and the stored curve is the base engine's. Each generator's draft
-        budget still learns from the real steps it runs."""
+    def describe(self) -> EngineInfo:
+        """Its name from how it was built; the modules; the rows whose compiled linear
+        layers run transposed (known once a compile was first asked for)."""
+        name = "uniform" if self.uniform is not None else "static"
+        if self.compiled:
+            name = "uniform-compiled" if self.uniform is not None else "compiled"
+        rows = sorted(self.transposed_rows or ()) if self.compiled else []
+        return EngineInfo(name, self.compiled, "modules", dict.fromkeys(rows, "transposed"))
+
+    def reuse_prefixes(self, enabled: bool) -> None:
+        """Never: each request prefills its whole prompt into the preallocated cache."""
+
+    def depth_room(self, past_len: int) -> int:
+        """Unlimited: a RoPE that follows the sequence length is refused when built."""
+        return UNLIMITED
+
+    accept = staticmethod(accept_step)  # the tree is on the device already
 
     # ---- the cache --------------------------------------------------------------------
     def needed_capacity(self, prompt_len: int, new_tokens: int | None = None) -> int:
@@ -296,7 +308,22 @@ class StaticEngine(Engine):
         """The padded node counts of every step shape (0: the plain step)."""
         return (self.uniform,) if self.uniform is not None else (0, *self.buckets)
 
-    def warm_up(self, capacity: int, timeout: float | None = None) -> bool:
+    def warm_up(self, prompt_lengths: Sequence[int], new_tokens: int,
+                timeout: float | None = None) -> float:
+        """For a compiling engine: one cache sized for the longest of ``prompt_lengths``
+        (every such request then runs at that size, so each shape compiles once) and its
+        step shapes compiled now. Seconds spent (0.0 for an engine that does not
+        compile); RuntimeError when the shapes could not be compiled in time."""
+        if self._compiled_fn is None or not prompt_lengths:
+            return 0.0
+        start = time.perf_counter()
+        capacity = self.reserve(max(self.capacity_for(n, new_tokens) for n in prompt_lengths))
+        if not self.compile_for(capacity, timeout):
+            raise RuntimeError("the compiled engine could not compile its step shapes; "
+                               "see the notice above, or run with the eager engine")
+        return time.perf_counter() - start
+
+    def compile_for(self, capacity: int, timeout: float | None = None) -> bool:
         """Compile every step shape of a ``capacity``-position cache and wait for them
         (at most ``timeout`` seconds): True when requests of that size now run compiled.
         False for an engine that does not compile."""

@@ -36,9 +36,10 @@ from model_families import (
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.drafting.draft_tree import DraftTree
-from ngram_trie_rag.engine import device_accept
+from ngram_trie_rag.engine import acceptance
+from ngram_trie_rag.engine.acceptance import host_walk as accept
 from ngram_trie_rag.reference import greedy_reference
-from ngram_trie_rag.sampling import SamplingParams, accept
+from ngram_trie_rag.sampling import SamplingParams
 
 pytestmark = pytest.mark.gpu
 
@@ -213,7 +214,7 @@ def test_device_acceptance_equals_the_host_walk_on_cuda() -> None:
         n = int(rng.integers(1, 33))
         tree = _random_tree(rng, n, 8)
         logits = torch.randn(1 + n, 8, device=DEVICE)
-        assert device_accept.accept(tree, logits, greedy, None) == accept(
+        assert acceptance.device_walk(tree, logits, greedy, None) == accept(
             tree, logits, greedy, None)
 
 
@@ -236,7 +237,7 @@ def test_compiled_static_engine_replays_its_graphs_in_fp32(capsys) -> None:
     start = time.perf_counter()
     first = gen.generate(prompts[0], max_new_tokens=MAX_NEW, method="none")
     answered = time.perf_counter() - start
-    assert engine.warm_up(4096, timeout=600), engine._compiler.failed(4096)
+    assert engine.compile_for(4096, timeout=600), engine._compiler.failed(4096)
     compiled_after = time.perf_counter() - start
     same_as_generate = 0
     with torch.compiler.set_stance("fail_on_recompile"):

@@ -1,11 +1,11 @@
-"""The engine: one model's forwards as the decode loop runs them.
+"""The eager engine: one model's forwards over a buffered cache, as the decode loop runs them.
 
 Prefill, then per step one verification forward over ``[last] + tree`` (a plain step
 when the tree is empty) and the KV cache compacted to the accepted path. Which code
 runs a forward -- the direct Llama step or the modules, the linear layout, packed GQA
 attention -- is decided here, from the model's structure and its measured latency
-curve, and nowhere else; the decode loop sees only :meth:`prefill`, :meth:`prepare`,
-:meth:`run` and :meth:`commit`.
+curve, and nowhere else; callers see the verbs of
+:class:`~ngram_trie_rag.engine.protocol.Engine` only.
 """
 
 from __future__ import annotations
@@ -13,61 +13,28 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
 import torch
 
-from .. import sampling
 from ..drafting.draft_tree import DraftTree
-from ..sampling import SamplingParams
-from . import device_accept, gqa_attention, linear_layout, llama_step
+from . import gqa_attention, linear_layout, llama_step
+from .acceptance import accept_step
 from .attention_windows import AttentionWindows, attention_windows
-from .curve_cache import calibrate, curve_for, refine
-from .device_accept import DeviceTree
+from .curve_cache import CurveVerbs, ModelCurve
 from .forward import forward
 from .kv_cache import cache_kwargs, compact, new_cache
 from .latency import LatencyCurve
-from .linear_layout import Layout
 from .prefix_reuse import PrefixKeeper
+from .protocol import KV, EngineInfo, StepInputs
 from .rope_limits import UNLIMITED, rope_limit
 from .support import check_supported
 from .thread_governor import ThreadGovernor, free_cores, intra_op_threads
 from .tree_attention import tree_inputs
 
 
-@dataclass
-class KV:
-    """One request's KV cache. Invariant: ``cache`` holds exactly ``length`` positions,
-    the committed sequence except its newest token (fed by the next forward); ``ids``
-    are their tokens (to recompute the cache where ``generate`` does)."""
-
-    cache: Any
-    length: int
-    ids: list[int] = field(default_factory=list)
-    reused: int = 0  # prompt rows taken from the previous request's cache
-
-
-@dataclass(frozen=True)
-class StepInputs:
-    """One verification forward's inputs: ids (1, Q), positions (1, Q), mask (None for
-    a plain step), and the variant it runs in."""
-
-    ids: torch.Tensor
-    positions: torch.Tensor
-    mask: torch.Tensor | dict[str, torch.Tensor] | None
-    layout: Layout
-    packed: bool
-    drafted: int  # N, draft nodes in the forward (Q = 1 + N)
-    tokens: list[int] = field(default_factory=list)  # [last, *draft tokens]
-    recompute: bool = False  # a plain step over the whole sequence, cache rebuilt
-    tree: DeviceTree | None = None  # the tree on the device, where the engine keeps it
-
-
-class Engine:
-    """Forwards of one model, shared by every generator over it.
+class EagerEngine(CurveVerbs):
+    """Forwards of one model over a buffered cache, shared by every generator over it.
 
     Building one sets the model up for the variants it may run (idempotent, see
     :func:`~ngram_trie_rag.engine.gqa_attention.install` and
@@ -97,12 +64,20 @@ class Engine:
                 gqa_attention.install(model)
             if linear_layout.applies(model):
                 linear_layout.install(model)
-        self._curve = curve
-        self._pinned = curve is not None  # used as given: never refined
+        self.costs = ModelCurve(model, self.lock, step=self.step, packed_gqa=self.packed_gqa,
+                                windows=self.windows, pinned=curve)
         # the latest sequence's cache, for a follow-up prompt; not where RoPE rebuilds it
         self.prefixes = PrefixKeeper(enabled=self._rope_limit is None)
         self._governor: ThreadGovernor | None = None  # CPU: threads per forward
-        self.last_threads: int | None = None  # what the latest forward ran on
+
+    def describe(self) -> EngineInfo:
+        """``eager``; the direct Llama step or the modules; the layouts the curve chose
+        (a probed curve chooses none: only ``calibrate`` measures them)."""
+        curve = self.costs.curve
+        layouts = {q: curve.layout(q) for q in sorted(curve.seconds)
+                   if curve.layout(q) != "stock"}
+        return EngineInfo("eager", False, "modules" if self.step is None else "llama-step",
+                          layouts)
 
     @property
     def sliding_window(self) -> int | None:
@@ -115,35 +90,15 @@ class Engine:
         (see :mod:`~ngram_trie_rag.engine.rope_limits`)."""
         return UNLIMITED if self._rope_limit is None else self._rope_limit.depth(past_len)
 
-    @property
-    def curve(self) -> LatencyCurve:
-        """The model's latency curve: this process's, else the stored one, else a quick
-        probe (see :mod:`ngram_trie_rag.engine.curve_cache`); never a full measurement."""
-        if self._curve is None:
-            self._curve = curve_for(self.model, step=self.step, packed_gqa=self.packed_gqa,
-                                    windows=self.windows, lock=self.lock)
-        return self._curve
+    def reuse_prefixes(self, enabled: bool) -> None:
+        """Whether a prompt reuses the rows it shares with the previous sequence (never
+        where RoPE rebuilds the cache)."""
+        self.prefixes.enabled = enabled and self._rope_limit is None
 
-    def calibrate(self) -> Path | None:
-        """Measure the full curve now (every size, every layout variant: the fastest
-        variants are only chosen from a measured curve), store it and use it from here
-        on; a pinned curve stays as given. Returns the curve's file (None: not stored)."""
-        curve, path = calibrate(self.model, step=self.step, packed_gqa=self.packed_gqa,
-                                windows=self.windows, lock=self.lock)
-        if not self._pinned:
-            self._curve = curve
-        return path
-
-    def refine_curve(self, seconds: Mapping[int, float]) -> None:
-        """Take real steps' timings (forward size -> seconds, e.g. a draft budget's
-        :meth:`~ngram_trie_rag.drafting.budget.DraftBudget.refined`) into the curve, for
-        the budgets of later generations and, stored, of later processes. Layouts and
-        packing stay as they are; a pinned curve stays as given."""
-        if self._pinned or self._curve is None or not seconds:
-            return
-        refined = refine(self.model, self.step, seconds)
-        if refined is not None:
-            self._curve = refined
+    def warm_up(self, prompt_lengths: Sequence[int], new_tokens: int,
+                timeout: float | None = None) -> float:
+        """Nothing to compile: the cache grows as it goes. 0.0 seconds."""
+        return 0.0
 
     def prefill(self, ids: list[int], new_tokens: int | None = None) -> tuple[KV, torch.Tensor]:
         """Cache the prompt: its KV and the logits (V,) after its last token. The rows
@@ -157,6 +112,7 @@ class Engine:
         with intra_op_threads(self._threads(probe=False)):
             logits = self._prefill(kv.cache, ids[start:])[0]
         kv.length, kv.ids[start:], kv.reused = len(ids), ids[start:], start
+        kv.threads_used = {}  # this request's steps (a kept cache is the last request's)
         self.prefixes.keep(kv)  # grows with the answer; the next prompt may share it
         return kv, logits
 
@@ -187,7 +143,8 @@ class Engine:
     def run(self, kv: KV, inputs: StepInputs) -> torch.Tensor:
         """Logits (Q, V) of one prepared forward; its Q keys/values join the cache."""
         threads = self._threads()
-        self.last_threads = threads
+        if threads is not None:
+            kv.threads_used[threads] = kv.threads_used.get(threads, 0) + 1
         with intra_op_threads(threads):
             if inputs.recompute:  # the whole sequence again, into a fresh cache
                 kv.cache = new_cache()
@@ -223,18 +180,7 @@ class Engine:
         other devices)."""
         return self._governor
 
-    def accept(self, inputs: StepInputs, tree: DraftTree, logits: torch.Tensor,
-               params: SamplingParams, generator: torch.Generator | None
-               ) -> tuple[list[int], list[int]]:
-        """``(tokens, path)``: the accepted nodes' tokens plus the bonus token, and their
-        query rows. On a CPU the host walk; elsewhere the walk as tensor ops with one
-        transfer (the same greedy answer; seeded sampling draws differ, see
-        :mod:`~ngram_trie_rag.engine.device_accept`). Reading the result waits for the
-        forward: the step's host sync."""
-        if inputs.tree is not None:
-            return inputs.tree.accept(logits, params, generator)
-        walk = sampling.accept if logits.device.type == "cpu" else device_accept.accept
-        return walk(tree, logits, params, generator)
+    accept = staticmethod(accept_step)  # the walk for the step (host or device)
 
     def commit(self, kv: KV, inputs: StepInputs, path: list[int]) -> None:
         """Keep the forward's rows of ``last`` and the accepted ``path`` (query rows,
@@ -250,7 +196,7 @@ _ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ENGINES_GUARD = threading.Lock()
 
 
-def engine_for(model: torch.nn.Module) -> Engine:
+def engine_for(model: torch.nn.Module) -> EagerEngine:
     """The one engine of ``model``: every generator over the same model object shares
     its lock (they share weights and compute) and its latency curve.
 
@@ -261,6 +207,6 @@ def engine_for(model: torch.nn.Module) -> Engine:
     with _ENGINES_GUARD:
         engine = _ENGINES.get(model)
         if engine is None:
-            engine = _ENGINES[model] = Engine(model, threading.Lock())
+            engine = _ENGINES[model] = EagerEngine(model, threading.Lock())
         return engine
 

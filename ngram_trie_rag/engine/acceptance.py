@@ -1,10 +1,17 @@
-"""The tree acceptance walk as fixed-shape tensor ops, on the logits' device.
+"""Acceptance: walk the verified tree, on the host or as tensor ops on the device.
 
-The host walk (``sampling.accept``) branches in Python on every visited node. Here every
-row's choice is made at once, every node is tested against its parent row's choice, and
-the deepest node whose whole chain matches is the accepted path: the same result with no
-data-dependent control flow, so a GPU step needs one transfer at the end and the greedy
-path compiles to one graph per tree bucket (``torch.compile(fullgraph=True)``).
+Both walks return ``(tokens, path)``: the emitted tokens (accepted draft tokens then the
+bonus token) and the accepted node indices (query rows, 1-based; 0 is the root).
+
+:func:`host_walk` branches in Python on every visited node: cheapest on a CPU.
+:func:`device_walk` makes every row's choice at once, tests every node against its
+parent row's choice, and takes the deepest node whose whole chain matches: the same
+greedy result with no data-dependent control flow, so a GPU step needs one transfer at
+the end and the greedy path compiles to one graph per tree bucket
+(``torch.compile(fullgraph=True)``). Seeded sampling draws differ between the two (the
+device draws at every row), each keeping the distribution.
+:func:`accept_step` picks the walk for a step: the tree an engine keeps on the device,
+else the host walk on a CPU and the device walk elsewhere.
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from ..drafting.draft_tree import DraftTree
-from ..sampling import SamplingParams, probabilities
+from ..sampling import SamplingParams, choose, probabilities
+from .protocol import StepInputs
 from .tree_buckets import PaddedTree, pad_tree
 
 
@@ -101,7 +109,7 @@ class DeviceTree:
 
 
 def unpack(packed: list[int], max_depth: int) -> tuple[list[int], list[int]]:
-    """Host side: ``(tokens, path)`` as ``sampling.accept`` returns them."""
+    """Host side: ``(tokens, path)`` as :func:`host_walk` returns them."""
     length = packed[0]
     path = packed[1: 1 + length]
     start = 1 + max_depth
@@ -116,12 +124,52 @@ def tree_tensors(tree: PaddedTree, device: torch.device | str
             torch.as_tensor(tree.depths, device=device))
 
 
-def accept(tree: DraftTree | PaddedTree, logits: torch.Tensor, params: SamplingParams,
-           generator: torch.Generator | None) -> tuple[list[int], list[int]]:
-    """``sampling.accept`` on the device: ``logits`` (Q, V) with Q = 1 + len(tree)."""
+def device_walk(tree: DraftTree | PaddedTree, logits: torch.Tensor, params: SamplingParams,
+                generator: torch.Generator | None) -> tuple[list[int], list[int]]:
+    """:func:`host_walk` on the device: ``logits`` (Q, V) with Q = 1 + len(tree)."""
     if isinstance(tree, DraftTree):
         tree = pad_tree(tree, len(tree))
     if logits.shape[0] != 1 + len(tree):
         raise ValueError(f"expected {1 + len(tree)} logit rows, got {logits.shape[0]}")
     return DeviceTree(*tree_tensors(tree, logits.device), tree.max_depth).accept(
         logits, params, generator)
+
+
+def host_walk(tree: DraftTree, logits: torch.Tensor, params: SamplingParams,
+              generator: torch.Generator | None) -> tuple[list[int], list[int]]:
+    """Walk the verified tree from the root. ``logits``: (Q, V) for [committed token] +
+    nodes. At each row take the model's token (greedy) or a draw from its distribution;
+    descend where a child holds it, else emit it as the bonus token and stop."""
+    children = tree.children()
+    if params.greedy:
+        # One host transfer for the whole tree instead of one per visited node.
+        choices = torch.argmax(logits, dim=-1).tolist()
+        pick = choices.__getitem__
+    else:
+        def pick(row: int) -> int:
+            return choose(logits[row], params, generator)
+
+    tokens: list[int] = []
+    path: list[int] = []
+    row = 0
+    while True:
+        tok = pick(row)
+        tokens.append(tok)
+        child = children[row].get(tok)
+        if child is None:
+            return tokens, path
+        row = child + 1
+        path.append(row)
+
+
+def accept_step(inputs: StepInputs, tree: DraftTree, logits: torch.Tensor,
+                params: SamplingParams, generator: torch.Generator | None
+                ) -> tuple[list[int], list[int]]:
+    """One step's acceptance: the tree an engine kept on the device walks there (one
+    transfer); otherwise the host walk on a CPU and the device walk elsewhere (the same
+    greedy answer; seeded sampling draws differ). Reading the result waits for the
+    forward: the step's host sync."""
+    if inputs.tree is not None:
+        return inputs.tree.accept(logits, params, generator)
+    walk = host_walk if logits.device.type == "cpu" else device_walk
+    return walk(tree, logits, params, generator)

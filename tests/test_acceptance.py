@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ngram_trie_rag.drafting.draft_tree import DraftTree
-from ngram_trie_rag.engine import device_accept
-from ngram_trie_rag.engine.device_accept import accept_on_device, row_choices, tree_tensors
+from ngram_trie_rag.engine import acceptance
+from ngram_trie_rag.engine.acceptance import accept_on_device, row_choices, tree_tensors
+from ngram_trie_rag.engine.acceptance import host_walk as host_accept
 from ngram_trie_rag.engine.tree_buckets import BUCKETS, bucket_for, pad_tree
 from ngram_trie_rag.sampling import SamplingParams, probabilities
-from ngram_trie_rag.sampling import accept as host_accept
 
 V = 12
 GREEDY = SamplingParams()
@@ -104,8 +104,8 @@ def test_greedy_equals_host(tree: DraftTree, seed: int, data: st.DataObject) -> 
     size = data.draw(st.sampled_from([n, bucket_for(n)] + [b for b in BUCKETS if b >= n]))
     logits = crafted_logits(tree, 1 + size, seed)
     expected = host_accept(tree, logits[: 1 + n], GREEDY, None)
-    assert device_accept.accept(tree, logits[: 1 + n], GREEDY, None) == expected
-    assert device_accept.accept(pad_tree(tree, size), logits, GREEDY, None) == expected
+    assert acceptance.device_walk(tree, logits[: 1 + n], GREEDY, None) == expected
+    assert acceptance.device_walk(pad_tree(tree, size), logits, GREEDY, None) == expected
 
 
 @PROPERTY
@@ -124,8 +124,8 @@ def test_walk_with_given_choices(tree: DraftTree, seed: int, data: st.DataObject
     expected = host_walk(tree, choices[: 1 + n].tolist())
     for bound in {padded.max_depth, size}:
         packed = accept_on_device(tokens, ancestors, depths, torch.as_tensor(choices), bound)
-        assert packed.shape == (device_accept.packed_size(bound),)
-        assert device_accept.unpack(packed.tolist(), bound) == expected
+        assert packed.shape == (acceptance.packed_size(bound),)
+        assert acceptance.unpack(packed.tolist(), bound) == expected
         assert all(row <= n for row in expected[1])  # never a padded row
 
 
@@ -135,11 +135,11 @@ def test_padding_is_never_accepted() -> None:
     padded = pad_tree(tree, 16)
     logits = torch.randn(17, V)
     logits[0, 5] = 20.0  # not in the tree
-    assert device_accept.accept(padded, logits, GREEDY, None) == ([5], [])
+    assert acceptance.device_walk(padded, logits, GREEDY, None) == ([5], [])
     empty = pad_tree(DraftTree.empty(), 4)  # nothing real at all
     for seed in range(20):
         gen = torch.Generator().manual_seed(seed)
-        out = device_accept.accept(empty, torch.randn(5, V), SamplingParams(1.0), gen)
+        out = acceptance.device_walk(empty, torch.randn(5, V), SamplingParams(1.0), gen)
         assert len(out[0]) == 1 and out[1] == []
 
 
@@ -177,7 +177,7 @@ def test_sampling_keeps_distribution() -> None:
     tokens, ancestors, depths = tree_tensors(padded, "cpu")
     walk = torch.vmap(lambda c: accept_on_device(tokens, ancestors, depths, c, 2))
     packed = walk(choices).tolist()
-    emitted = [device_accept.unpack(p, 2)[0] for p in packed]
+    emitted = [acceptance.unpack(p, 2)[0] for p in packed]
     for k in (1, 2, 3):
         exact = _exact_prefixes(tree, probs, k)
         counts: dict[tuple, int] = {}
@@ -188,7 +188,7 @@ def test_sampling_keeps_distribution() -> None:
         assert worst < 0.02, (k, worst)
     # The convenience path runs end to end with a generator.
     for _ in range(50):
-        out, path = device_accept.accept(padded, logits, params, gen)
+        out, path = acceptance.device_walk(padded, logits, params, gen)
         assert out[: len(path)] == [int(t) for t in padded.tokens[[r - 1 for r in path]]]
 
 
@@ -215,5 +215,5 @@ def test_greedy_compiles_to_one_graph() -> None:
         finally:
             torch.compiler.set_stance("default")
         assert torch.equal(got, step(*args))
-        assert device_accept.unpack(got.tolist(), size) == host_accept(
+        assert acceptance.unpack(got.tolist(), size) == host_accept(
             tree, logits[: 1 + len(tree)], GREEDY, None)
