@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import string
 import sys
@@ -41,6 +40,7 @@ import torch
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.methods import measure_prefill, run_core, run_vanilla
+from ngram_trie_rag.cache_paths import data_dir
 from ngram_trie_rag.prompts import rag_request
 from ngram_trie_rag.retrieval import (
     CrossEncoderReranker,
@@ -53,11 +53,8 @@ from ngram_trie_rag.retrieval import (
 from ngram_trie_rag.retrieval.corpus import PassageCorpus
 from ngram_trie_rag.retrieval.jsonl import read_jsonl
 
-# The benchmark data: $NGRAM_TRIE_RAG_DATA, else shared/data beside the source tree.
-DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")
-            or Path(__file__).resolve().parents[2] / "shared" / "data")
-DEFAULT_QUESTIONS = DATA / "nq_open" / "nq-open-oracle.jsonl.gz"
-DEFAULT_CORPUS = DATA / "wiki_passages" / "passages.jsonl"
+DEFAULT_QUESTIONS = data_dir() / "nq_open" / "nq-open-oracle.jsonl.gz"
+DEFAULT_CORPUS = data_dir() / "wiki_passages" / "passages.jsonl"
 # Appended to each question: EM needs a short answer, not a paragraph.
 SHORT_ANSWER = " Answer with a few words only."
 

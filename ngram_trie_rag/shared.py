@@ -1,5 +1,10 @@
 """One loaded model per (model, device, dtype, loader options), shared in the process.
 
+The generators are here (:func:`shared_generator`), and the other models a process loads
+for its answers, such as the retrieval side's embedder and cross-encoder
+(:func:`shared_model`): every caller in the process, a resident worker's requests included,
+finds them loaded after the first.
+
 Framework objects are copied freely (LangChain's ``bind`` and ``with_config``, LlamaIndex's
 engines each building their own LLM), and loading weights costs seconds and hundreds of
 MB, so weights are loaded on first use, once, under a lock. Generators that differ only in
@@ -10,9 +15,9 @@ the model's lock: requests for one model queue on one lock whatever their trie s
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .generator import SpeculativeGenerator
 from .loading import default_device, resolve_dtype
@@ -20,6 +25,9 @@ from .loading import default_device, resolve_dtype
 _LOCK = threading.Lock()
 _BASE: dict[tuple, SpeculativeGenerator] = {}
 _SHAPED: dict[tuple, SpeculativeGenerator] = {}
+_MODELS: dict[Hashable, Any] = {}
+_MODELS_LOCK = threading.Lock()  # its own: an embedder's load never waits for a generator's
+T = TypeVar("T")
 
 
 def _key(model: str | None, device: str | None, dtype: str | None,
@@ -80,3 +88,14 @@ def shared_generator(model: str | None = None, *, device: str | None = None,
             shaped = base.reshaped(n=n, prefix_len=prefix_len)
         _SHAPED[(*key, n, prefix_len)] = shaped
         return shaped
+
+
+def shared_model(key: Hashable, load: Callable[[], T]) -> T:
+    """``load()``'s result, loaded once per ``key`` in the process (under a lock, so two
+    threads never load it twice); a load that raises stores nothing, and the next call
+    tries again. ``key`` names what ``load`` loads, e.g. ``("cross-encoder", name,
+    device)``."""
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            _MODELS[key] = load()
+        return _MODELS[key]

@@ -157,15 +157,41 @@ def check_prompt(prompt: Any) -> None:
                         f"ids, got {_kind(prompt)}")
 
 
-def check_documents(documents: Any, vocab_size: int) -> list[str | list[int]] | None:
-    """Documents to draft from as a list of texts and token-id lists, every id in
-    ``[0, vocab_size)``; ``None`` stays ``None`` (draft from the prompt).
+def check_documents(documents: Any, vocab_size: int | None = None
+                    ) -> list[str | list[int]] | None:
+    """Documents to draft from, settled: a list of texts and token-id lists; ``None`` stays
+    ``None`` (draft from the prompt). Every entry point applies this one policy: the
+    generator, and through it the local backend, and the vLLM backend, so both framework
+    integrations pass what they retrieved as it is.
 
-    A token id the model has no row for would be drafted, then fed to the model, and fail
-    there with an index error; bytes are refused with a hint to decode them.
+    * A wrong kind is a ``TypeError`` (bytes with a hint to decode them: ``list(b"E2")``
+      would pass for token ids); text that is not valid Unicode, or a token id outside
+      ``[0, vocab_size)`` (when given), is a ``ValueError``: the model has no row for it,
+      and it would fail far from here once drafted.
+    * Blank documents (empty or whitespace text, an empty token-id list) are dropped: a
+      retriever that returns an empty chunk (an image node, an empty page) is doing nothing
+      wrong, and there is nothing to draft from in it.
+    * Repeats are dropped, first occurrences kept in order: a copy only doubles n-gram
+      counts.
+
+    An empty result, like ``None``, drafts from the prompt.
     """
     if documents is None:
         return None
+    _document_list_kind(documents)
+    settled: list[str | list[int]] = []
+    seen: set[str | tuple[int, ...]] = set()
+    for i, doc in enumerate(documents):
+        checked = _document(i, doc, vocab_size)
+        key = checked if isinstance(checked, str) else tuple(checked)
+        if checked and key not in seen:
+            seen.add(key)
+            settled.append(checked)
+    return settled
+
+
+def _document_list_kind(documents: Any) -> None:
+    """A ``TypeError`` unless ``documents`` is a collection of documents."""
     if isinstance(documents, _BYTES):
         raise TypeError("documents are bytes: decode them to text first, e.g. "
                         "documents=[data.decode('utf-8')]")
@@ -175,14 +201,12 @@ def check_documents(documents: Any, vocab_size: int) -> list[str | list[int]] | 
     if isinstance(documents, Mapping) or not isinstance(documents, Iterable):
         raise TypeError("documents must be a list of strings or token-id lists, got "
                         f"{_kind(documents)}")
-    return [_document(i, doc, vocab_size) for i, doc in enumerate(documents)]
 
 
-def _document(i: int, doc: Any, vocab_size: int) -> str | list[int]:
+def _document(i: int, doc: Any, vocab_size: int | None) -> str | list[int]:
+    """Document ``i`` checked; blank ones come back empty, for the caller to drop."""
     if isinstance(doc, str):
-        if not doc.strip():
-            raise ValueError(f"document {i} is empty or whitespace")
-        return valid_text(doc, f"document {i}")
+        return valid_text(doc, f"document {i}") if doc.strip() else ""
     if isinstance(doc, _BYTES):
         raise TypeError(f"document {i} is bytes ({_shown(bytes(doc), 30)}): decode it to text "
                         "first, e.g. doc.decode('utf-8')")
@@ -197,9 +221,7 @@ def _document(i: int, doc: Any, vocab_size: int) -> str | list[int]:
             raise TypeError(f"document {i} must be a string or a list of token ids (ints); "
                             f"it holds {_shown(token)} ({_kind(token)})")
     ids = [int(t) for t in ids]
-    if not ids:
-        raise ValueError(f"document {i} has no tokens")
-    bad = [t for t in ids if not 0 <= t < vocab_size]
+    bad = [t for t in ids if vocab_size is not None and not 0 <= t < vocab_size]
     if bad:
         raise ValueError(f"document {i} has token ids outside the vocabulary [0, {vocab_size}):"
                          f" {bad[:5]}")
@@ -228,19 +250,6 @@ def check_draft_config(n: Any, prefix_len: Any, num_draft: Any, method: Any, ada
     integer("max_trie_tokens", max_trie_tokens, low=1)
     _method("method", method)
     flag("adaptive", adaptive)
-
-
-def refuse_bytes(documents: Any) -> None:
-    """Documents given as bytes, or holding bytes, are refused with a hint to decode them
-    (the framework integrations take their own document types and check the rest)."""
-    if isinstance(documents, _BYTES):
-        raise TypeError("documents are bytes: decode them to text first, e.g. "
-                        "documents=[data.decode('utf-8')]")
-    if isinstance(documents, (list, tuple)):
-        for i, doc in enumerate(documents):
-            if isinstance(doc, _BYTES):
-                raise TypeError(f"document {i} is bytes ({_shown(bytes(doc), 30)}): decode it "
-                                "to text first, e.g. doc.decode('utf-8')")
 
 
 def not_bool(name: str, value: Any) -> Any:

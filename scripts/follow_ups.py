@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from itertools import islice
 from pathlib import Path
 
 from ngram_trie_rag import AnswerStore, GenerationResult, SpeculativeGenerator
 from ngram_trie_rag.bench.data import split_context
+from ngram_trie_rag.cache_paths import data_dir
 from ngram_trie_rag.prompts import rag_messages
 
-# The benchmark data: $NGRAM_TRIE_RAG_DATA, else shared/data beside the source tree.
-DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")
-            or Path(__file__).resolve().parents[2] / "shared" / "data")
+DATA = data_dir()
 VARIANTS = ("plain", "per-request", "answer store")
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ngram_trie_rag.cache_paths import data_dir  # noqa: E402
 from ngram_trie_rag.loading import default_model_dir, packaged_gguf  # noqa: E402
 
 META_FILES = ("config.json", "generation_config.json", "tokenizer.json",
@@ -52,8 +53,7 @@ def main() -> None:
     p.add_argument("out", type=Path)
     p.add_argument("--gguf", type=Path, default=None, help="default: the packaged model's")
     p.add_argument("--part-mib", type=int, default=48)
-    p.add_argument("--data", type=Path,
-                   default=ROOT.parent / "shared" / "data" / "spec_bench" / "rag.jsonl")
+    p.add_argument("--data", type=Path, default=data_dir() / "spec_bench" / "rag.jsonl")
     args = p.parse_args()
     out: Path = args.out
     shutil.rmtree(out, ignore_errors=True)

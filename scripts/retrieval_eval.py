@@ -33,6 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ngram_trie_rag.cache_paths import data_dir  # noqa: E402
 from ngram_trie_rag.retrieval import Embedder, LLMReranker, Passage, VectorIndex  # noqa: E402
 from ngram_trie_rag.retrieval.corpus import PassageCorpus  # noqa: E402
 from ngram_trie_rag.retrieval.jsonl import read_jsonl  # noqa: E402
@@ -42,11 +43,8 @@ from ngram_trie_rag.retrieval.policy import (  # noqa: E402
     pq_m_for_dim,
 )
 
-# The benchmark data: $NGRAM_TRIE_RAG_DATA, else shared/data beside the source tree.
-DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")
-            or ROOT.parent / "shared" / "data")
-NQ = DATA / "nq_open" / "nq-open-oracle.jsonl.gz"
-WIKI = DATA / "wiki_passages" / "passages.jsonl"
+NQ = data_dir() / "nq_open" / "nq-open-oracle.jsonl.gz"
+WIKI = data_dir() / "wiki_passages" / "passages.jsonl"
 
 
 def load_corpus() -> tuple[list[Passage], list[dict], list[str]]:

@@ -4,16 +4,14 @@ that read it skip where it is absent."""
 
 from __future__ import annotations
 
-import os
 from itertools import islice
-from pathlib import Path
 
 import pytest
 
+from ngram_trie_rag.cache_paths import data_dir
 from ngram_trie_rag.retrieval.jsonl import read_jsonl as read_rows
 
-SHARED_DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")
-                   or Path(__file__).resolve().parents[2] / "shared" / "data")
+SHARED_DATA = data_dir()
 
 
 def read_jsonl(relative: str, limit: int | None = None) -> list[dict]:

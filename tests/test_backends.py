@@ -79,11 +79,31 @@ def test_bad_input_fails_at_the_call_not_on_the_first_read(local) -> None:
         local.stream(Request("   ", None, OPTIONS))
 
     async def bad() -> None:
-        await local.astream(Request(CHAT, [""], OPTIONS))
+        await local.astream(Request(CHAT, ["", b"Error E2"], OPTIONS))
 
-    with pytest.raises(ValueError, match="document 0 is empty"):
+    with pytest.raises(TypeError, match="document 1 is bytes .*decode it"):
         asyncio.run(bad())
     assert not local.generator.busy
+
+
+def test_blank_and_repeated_documents_are_dropped_by_every_backend(local) -> None:
+    """An empty chunk is an ordinary thing for a retriever to return: not an error, nothing
+    to draft from. Blank and repeated documents are dropped once, in the core; with none
+    left the prompt is drafted from, and the answer is the same whatever was drafted from."""
+    expected = local.complete(Request(CHAT, [DOCS[0]], OPTIONS))
+    messy = local.complete(Request(CHAT, ["", DOCS[0], "  \n", DOCS[0], []], OPTIONS))
+    assert messy.speculative["num_documents"] == 1 and same(messy, expected)
+    blank = local.complete(Request(CHAT, ["", " "], OPTIONS))
+    assert blank.speculative["draft_source"] == "prompt"
+    assert blank.speculative["num_documents"] == 0 and blank.token_ids == expected.token_ids
+    # vLLM's backend settles them the same way before anything is sent: a wrong kind is
+    # refused there, blanks are not (the call goes on and finds no server)
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    server = open_backend(BackendSettings(base_url=url, model="m", request_timeout=5))
+    with pytest.raises(TypeError, match="document 1 is bytes"):
+        server.complete(Request(CHAT, ["", b"Error E2"], GenerationOptions()))
+    with pytest.raises(ConnectionError):
+        server.complete(Request(CHAT, ["", "  ", DOCS[0]], GenerationOptions()))
 
 
 def test_leaving_a_stream_early_frees_the_model(local) -> None:

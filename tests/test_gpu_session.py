@@ -10,10 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ngram_trie_rag.cache_paths import data_dir
 from ngram_trie_rag.loading import default_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "spec_bench" / "rag.jsonl"
+DATA = data_dir() / "spec_bench" / "rag.jsonl"
 
 
 def test_gpu_session_runs_every_random_weight_part_on_the_cpu(tmp_path: Path) -> None:

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.cache_paths import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "spec_bench" / "rag.jsonl"
+DATA = data_dir() / "spec_bench" / "rag.jsonl"
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from method_agreement import agreement, first_difference  # noqa: E402

@@ -83,6 +83,26 @@ def test_documents_of_every_kind_pass() -> None:
     assert check_documents(docs, VOCAB) == ["text", [3, 4], [5, 6], [7, 8], [0, 1]]
 
 
+def test_blank_and_repeated_documents_are_dropped() -> None:
+    """One policy for every entry point: a blank document (an empty chunk a retriever
+    returned) is no error, just nothing to draft from; a repeat only doubles counts."""
+    docs = ["", "  \n\t", TEXT_DOC, [], [3, 4], TEXT_DOC, (3, 4), "t1"]
+    assert check_documents(docs, VOCAB) == [TEXT_DOC, [3, 4], "t1"]
+    assert check_documents(["", " "], VOCAB) == []
+    assert check_documents(["", " "]) == []  # the vocabulary is checked only when known
+    with pytest.raises(TypeError, match="document 2 is bytes"):  # kinds are still refused
+        check_documents(["", " ", b"t3"], VOCAB)
+
+
+def test_the_generator_drafts_from_the_prompt_when_every_document_is_blank() -> None:
+    blank = GEN.generate(PROMPT, ["", "   "], max_new_tokens=6)
+    assert blank.stats.draft_source == "prompt" and blank.stats.num_documents == 0
+    messy = GEN.generate(PROMPT, ["", TEXT_DOC, " ", TEXT_DOC], max_new_tokens=6)
+    assert messy.stats.draft_source == "documents" and messy.stats.num_documents == 1
+    assert blank.token_ids == messy.token_ids == greedy_reference(MODEL, PROMPT, 6)[
+        : len(blank.token_ids)]
+
+
 # ---- the generator: the reported failures, each as a clear error ------------------------
 @pytest.mark.parametrize(("kwargs", "error", "message"), [
     ({"temperature": float("nan")}, ValueError, "temperature must be a finite number"),

@@ -24,8 +24,13 @@ if TYPE_CHECKING:
 class Request:
     """One call: what to answer, what to draft from, and how to decode.
 
-    ``documents`` ``None`` drafts from the prompt itself. ``tool_reply``: the answer is a
-    reply under the tool-call grammar, parsed into content and calls when it finishes.
+    ``documents`` ``None`` drafts from the prompt itself. They are passed as retrieved and
+    settled once, by the backend that opens the request, under one policy
+    (:func:`~ngram_trie_rag.validation.check_documents`): wrong kinds (bytes, numbers,
+    mappings) are a ``TypeError``; blank documents, such as an empty chunk a retriever
+    returned, are dropped, as are repeats; with none left the prompt is drafted from.
+    ``tool_reply``: the answer is a reply under the tool-call grammar, parsed into content
+    and calls when it finishes.
     """
 
     prompt: Prompt

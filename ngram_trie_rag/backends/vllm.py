@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing, closing
+from dataclasses import replace
 from typing import Any
 
 from ..options import LOCAL_ONLY
+from ..validation import check_documents
 from .types import Answer, Delta, Request
 
 
@@ -44,17 +46,26 @@ class VLLMBackend:
         return getattr(self.client, "tokenizer", None)
 
     # ---- calls ------------------------------------------------------------------------
-    def _arguments(self, request: Request) -> tuple[Any, list[str] | None, Any]:
-        """(prompt, documents, options) as the vLLM clients take them."""
+    def _settled(self, request: Request) -> Request:
+        """The request with its documents settled (blanks and repeats dropped, kinds
+        checked: :func:`~ngram_trie_rag.validation.check_documents`), so the answer counts
+        what vLLM drafts from; options only a local drafter reads are refused."""
         options = request.options
         set_ = sorted(name for name in LOCAL_ONLY if getattr(options, name) is not None)
         if set_:
             raise ValueError(f"{', '.join(set_)} apply to the local engine only; vLLM "
                              "drafts with its own proposer settings")
-        documents = request.documents
+        documents = check_documents(request.documents)
         if documents is not None and not all(isinstance(d, str) for d in documents):
             raise TypeError("documents must be texts on vLLM (it tokenises them itself)")
-        return request.prompt, list(documents) if documents else None, options
+        return replace(request, documents=documents)
+
+    @staticmethod
+    def _arguments(request: Request) -> tuple[Any, list[str] | None, Any]:
+        """(prompt, documents, options) of a settled request, as the vLLM clients take
+        them."""
+        documents = request.documents
+        return request.prompt, list(documents) if documents else None, request.options
 
     def _answer(self, text: str, last: Any, request: Request) -> Answer:
         documents = len(request.documents or ())
@@ -87,16 +98,20 @@ class VLLMBackend:
 
     def stream(self, request: Request) -> Iterator[Delta]:
         """Text deltas as vLLM sends them, then the last delta with the answer."""
+        request = self._settled(request)
         return self._deltas(self.client.stream(*self._arguments(request)), request)
 
     async def astream(self, request: Request) -> AsyncIterator[Delta]:
         """Awaited: the request is checked (bad options raise here), then its deltas."""
+        request = self._settled(request)
         return self._adeltas(self.client.astream(*self._arguments(request)), request)
 
     def complete(self, request: Request) -> Answer:
+        request = self._settled(request)
         last = self.client.complete(*self._arguments(request))
         return self._answer(last.text, last, request)
 
     async def acomplete(self, request: Request) -> Answer:
+        request = self._settled(request)
         last = await self.client.acomplete(*self._arguments(request))
         return self._answer(last.text, last, request)

@@ -22,18 +22,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..repetition import DEFAULT_N
 from .arguments import add_model_flags, positive_int, repetition_window
 from .errors import first_line, run_guarded
 from .limits import add_limit_flags
 from .resident import DEFAULT_KEEP_ALIVE, KEEP_ALIVE_ENV, keep_alive_seconds
+
+if TYPE_CHECKING:
+    from ..backends import Answer, Delta, Request
 
 RERANK_CHOICES = ("auto", "cross-encoder", "embedding", "lexical", "llm", "none")
 # Small enough (22M parameters) to score 20 candidates in well under a second on a CPU;
@@ -48,26 +52,6 @@ QUESTION_TIMINGS = ("retrieve", "rerank", "prefill", "decode", "time_to_first_to
 
 class AskError(ValueError):
     """A user-facing problem: printed as one line, exit code 2."""
-
-
-# In a resident worker (``worker``): what the sessions loaded, kept for the next request,
-# keyed by what loaded it. ``None`` in any other process: a session loads its own.
-_loaded: dict[tuple, Any] | None = None
-
-
-def keep_loaded() -> None:
-    """Keep each model a session loads for the sessions after it (a worker's choice)."""
-    global _loaded
-    _loaded = {}
-
-
-def _reuse(key: tuple, load: Callable[[], Any]) -> Any:
-    """``load()``, or what it returned for ``key`` before in this worker."""
-    if _loaded is None:
-        return load()
-    if key not in _loaded:
-        _loaded[key] = load()
-    return _loaded[key]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -180,9 +164,10 @@ class Session:
     """A loaded model and retriever, answering questions one by one."""
 
     def __init__(self, args: argparse.Namespace, docs: list[str]) -> None:
-        from ..generator import SpeculativeGenerator
+        from ..backends import LocalBackend
         from ..loading import model_source
         from ..retrieval import Embedder, load_or_build
+        from ..shared import shared_generator, shared_model
 
         self.args = args
         self._previous: list[str] = []  # the last prompt's passages, in prompt order
@@ -198,7 +183,7 @@ class Session:
         # Documents first: a bad folder should fail before the model is loaded.
         self.say("indexing the documents (cached after the first run) ...")
         source = docs[0] if len(docs) == 1 else docs
-        embedder = _reuse(("embedder",), Embedder)  # the default model, loaded lazily
+        embedder = shared_model(("embedder",), Embedder)  # the default model, loaded lazily
         with self.timed("index"):
             self.retriever = load_or_build(source, args.cache_dir, embedder=embedder,
                                            top_k=max(args.candidates, args.k), top_n=args.k,
@@ -206,9 +191,10 @@ class Session:
                                            max_bytes=args.max_bytes, report=self.say)
         self.say("loading the model ...")
         with self.timed("load"):
-            self.gen = _reuse(("model", args.model, args.device, args.dtype),
-                              lambda: SpeculativeGenerator.from_pretrained(
-                                  args.model, device=args.device, dtype=args.dtype))
+            # The process's one generator for these settings: a resident worker's later
+            # requests find it loaded.
+            self.backend = LocalBackend(shared_generator(args.model, device=args.device,
+                                                         dtype=args.dtype))
             # The embedder loads lazily: loaded here, its second does not count as retrieval.
             self.retriever.embedder.load()
             self.rerank = self._choose_reranker()
@@ -234,7 +220,8 @@ class Session:
         if mode == "llm":
             from ..retrieval import LLMReranker
 
-            return RerankChoice(LLMReranker(self.gen.model, self.gen.tokenizer), "llm")
+            return RerankChoice(LLMReranker(self.backend.generator.model,
+                                            self.backend.tokenizer), "llm")
         if mode == "cross-encoder":
             return RerankChoice(self._load_cross_encoder(self.args.cross_encoder),
                                 f"cross-encoder {self.args.cross_encoder}")
@@ -258,6 +245,7 @@ class Session:
     def _load_cross_encoder(self, name: str) -> Any:
         """The cross-encoder, loaded now: a missing model fails before any question."""
         from ..retrieval import CrossEncoderReranker
+        from ..shared import shared_model
 
         def load() -> Any:
             self.say(f"loading the cross-encoder {name} ...")
@@ -265,9 +253,11 @@ class Session:
             _ = reranker.model
             return reranker
 
-        return _reuse(("cross-encoder", name, self.args.device), load)
+        return shared_model(("cross-encoder", name, self.args.device), load)
 
     def answer(self, question: str) -> dict:
+        from ..backends import Request
+        from ..options import options_from
         from ..prompts import rag_request
 
         timings: dict[str, float] = {}
@@ -281,30 +271,21 @@ class Session:
         texts = [p.text for p in passages]
         self._previous = texts
         # Chat messages, or for a base model a completion prompt with its stop strings.
-        request = rag_request(self.gen.tokenizer, texts, question)
-        ids = self.gen.encode_prompt(request.prompt)  # encoded once: stream takes the ids
-        size = len(ids)
-        if size >= self.gen.context_window:
-            raise AskError(f"the question and its {len(texts)} passages take "
-                           f"{size} tokens, more than the "
-                           f"model's context window of {self.gen.context_window}: shorten the "
-                           "question or pass a smaller --k")
+        request = rag_request(self.backend.tokenizer, texts, question)
+        options = options_from(max_new_tokens=self.args.max_new_tokens,
+                               num_draft=self.args.num_draft, stop=list(request.stop),
+                               repetition_stop=self.args.repetition_stop)
         generate_start = time.perf_counter()
-        stream = self.gen.stream(ids, texts,
-                                 max_new_tokens=self.args.max_new_tokens,
-                                 num_draft=self.args.num_draft, stop=list(request.stop),
-                                 repetition_stop=self.args.repetition_stop)
-        first = _show(stream, echo=not self.args.json)
-        result = stream.result
-        assert result is not None
-        stats = result.stats
-        timings.update(prefill=stats.prefill_s, decode=stats.decode_s,
+        deltas = self._opened(Request(request.prompt, texts, options))
+        first, answer = _show(deltas, echo=not self.args.json)
+        stats = answer.speculative
+        timings.update(prefill=stats["prefill_s"], decode=stats["decode_s"],
                        time_to_first_token=(first or time.perf_counter()) - generate_start)
         # The first answer's total counts the set-up it waited for; a later one's does not.
         timings["total"] = time.perf_counter() - (self.started if self.setup else start)
         timings = {**self.setup, **timings}
         self.setup = {}
-        summary = self._summary(result, passages, timings)
+        summary = self._summary(answer, passages, timings)
         if self.args.json:
             print(json.dumps(summary, ensure_ascii=False))
         else:
@@ -312,6 +293,19 @@ class Session:
         if self.args.verbose:
             print(f"timings: {_timings_line(timings)}", file=sys.stderr, flush=True)
         return summary
+
+    def _opened(self, request: Request) -> Iterator[Delta]:
+        """The request's deltas (its prompt encoded and checked once, by the backend), or
+        an ``AskError`` saying how to make it fit the model's context window."""
+        from ..inputs import ContextWindowError
+
+        try:
+            return self.backend.stream(request)
+        except ContextWindowError as exc:
+            raise AskError(f"the question and its {len(request.documents)} passages take "
+                           f"{exc.tokens} tokens, more than the model's context window of "
+                           f"{exc.window}: shorten the question or pass a smaller --k"
+                           ) from None
 
     def _reranked(self, question: str, candidates: list) -> list:
         """The best ``--k`` candidates, by the session's reranker or in retrieval order."""
@@ -321,26 +315,34 @@ class Session:
             self.say(f"reranking {len(candidates)} passages with the model ...")
         return self.rerank.reranker.rerank(question, candidates, top_n=self.args.k)
 
-    def _summary(self, result, passages: list, timings: dict[str, float]) -> dict:
-        stats = result.stats
-        tokens = len(result.token_ids)
+    def _summary(self, answer: Answer, passages: list, timings: dict[str, float]) -> dict:
+        stats = answer.speculative
+        tokens = answer.completion_tokens
         return {
-            "model": self.gen.model_name,
-            "answer": result.text.strip(),
+            "model": self._model_name(),
+            "answer": answer.text.strip(),
             "sources": sorted({Path(p.source).name for p in passages}),
-            "finish_reason": result.finish_reason,
+            "finish_reason": answer.finish_reason,
             "tokens": tokens,
-            "mean_accept_length": round(stats.mean_accept_length, 3),
-            "tokens_per_s": round(tokens / max(stats.prefill_s + stats.decode_s, 1e-9), 2),
-            "steps": stats.steps,
+            "mean_accept_length": round(stats["mean_accept_length"], 3),
+            "tokens_per_s": round(tokens / max(stats["prefill_s"] + stats["decode_s"], 1e-9),
+                                  2),
+            "steps": stats["steps"],
             # A chat follow-up prefills only what its prompt does not share with the last.
-            "prefix_reused": stats.prefix_reused,
+            "prefix_reused": stats["prefix_reused"],
             "reranker": self.rerank.name,
             "repetition_stop": self.args.repetition_stop,
             "timings": {k: round(v, 4) for k, v in timings.items()},
             "passages": [{"source": p.source, "score": p.score, "text": p.text}
                          for p in passages],
         }
+
+    def _model_name(self) -> str:
+        """The model as the user named it (the shared generator knows a local folder by
+        its absolute path, whichever spelling loaded it first)."""
+        if self.args.model is None:
+            return self.backend.model_name
+        return os.fspath(self.args.model)
 
 
 class _Timer:
@@ -381,15 +383,20 @@ def local_cross_encoder(name: str) -> str | None:
     return str(snapshot) if snapshot is not None else None
 
 
-def _show(stream, echo: bool) -> float | None:
-    """Print the stream's deltas (when ``echo``); the clock when the first text came."""
+def _show(deltas: Iterator[Delta], echo: bool) -> tuple[float | None, Answer]:
+    """Print the deltas' text (when ``echo``); the clock when the first text came, and
+    the answer the last delta carries."""
     first = None
-    for delta in stream:
-        if first is None and delta:
+    answer = None
+    for delta in deltas:
+        if first is None and delta.text:
             first = time.perf_counter()
         if echo:
-            print(delta, end="", flush=True)
-    return first
+            print(delta.text, end="", flush=True)
+        if delta.answer is not None:
+            answer = delta.answer
+    assert answer is not None  # a backend's stream ends with the answer
+    return first, answer
 
 
 def _summary_line(summary: dict) -> str:

@@ -3,9 +3,9 @@
 ``python -m ngram_trie_rag.commands.worker SOCKET LOCK KEEP_ALIVE``: holds ``LOCK`` for
 its lifetime (a second worker for the same key leaves at once), listens on ``SOCKET``
 before importing anything heavy, then runs each request's command line as the CLI would,
-printing to the client's own stdout and stderr, with the loaded models kept between
-requests (``ask.keep_loaded``). It leaves after ``KEEP_ALIVE`` idle seconds, and at once
-when a client goes away mid-answer.
+printing to the client's own stdout and stderr; the models a request loads stay loaded
+for the next (the process's one cache, :mod:`ngram_trie_rag.shared`). It leaves after
+``KEEP_ALIVE`` idle seconds, and at once when a client goes away mid-answer.
 """
 
 from __future__ import annotations
@@ -44,9 +44,6 @@ def _listen(sock_path: Path, keep_alive: float) -> int:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(sock_path))
     server.listen(16)
-    from . import ask
-
-    ask.keep_loaded()
     try:
         while True:
             server.settimeout(keep_alive)

@@ -12,13 +12,10 @@ call also drafts from that scope's earlier answers.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.documents import Document
-from ngram_trie_rag.inputs import unique_documents
-from ngram_trie_rag.validation import refuse_bytes
 
 from .retrieved import Retrieved
 from .scopes import retriever_scope
@@ -27,40 +24,24 @@ DocumentOrigin = Literal["argument", "retriever", "prompt"]
 PREVIEW_CHARS = 80
 
 
-def as_documents(items: Any) -> list[Document]:
-    """Strings or ``Document`` objects -> ``Document`` objects; anything else is an error
-    (bytes with a hint to decode them). Their content is checked where it is encoded."""
-    refuse_bytes(items)
-    if isinstance(items, (str, Document)) or not isinstance(items, Sequence):
-        raise TypeError("documents must be a list of strings or Documents, "
-                        f"got {type(items).__name__}")
-    out: list[Document] = []
-    for i, item in enumerate(items):
-        if isinstance(item, Document):
-            out.append(item)
-        elif isinstance(item, str):
-            out.append(Document(page_content=item))
-        else:
-            raise TypeError(f"document {i} is a {type(item).__name__}, "
-                            "expected a string or a Document")
-    return out
+def as_documents(items: Any) -> Any:
+    """The documents as given, strings as ``Document`` s (so every one can be named);
+    anything else, the collection included, goes to the core as it is, which settles
+    kinds (bytes with a hint to decode them), blank documents and repeats, once
+    (:func:`ngram_trie_rag.validation.check_documents`)."""
+    if not isinstance(items, list | tuple):
+        return items
+    return [Document(page_content=item) if isinstance(item, str) else item for item in items]
 
 
-def draftable(documents: Sequence[Document]) -> list[Document]:
-    """Drop blank documents (nothing to draft from) and repeated texts (a copy only
-    doubles n-gram counts), keeping first occurrences in order, so the response names
-    exactly the documents the trie was built from."""
-    filled = [doc for doc in documents if doc.page_content.strip()]
-    return unique_documents(filled, key=lambda doc: doc.page_content)
-
-
-def describe(doc: Document) -> dict[str, Any]:
+def describe(doc: Any) -> dict[str, Any]:
     """A short, stable reference to a document: its id and metadata when it has them,
-    always a content hash and a preview, never the full text."""
-    text = doc.page_content
+    always a content hash and a preview, never the full text (token ids, which the local
+    engine takes too, are shown as their list)."""
+    text = doc.page_content if isinstance(doc, Document) else str(list(doc))
     return {
-        "id": doc.id,
-        "metadata": dict(doc.metadata),
+        "id": getattr(doc, "id", None),
+        "metadata": dict(getattr(doc, "metadata", {})),
         "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16],
         "preview": text[:PREVIEW_CHARS],
     }
@@ -68,17 +49,22 @@ def describe(doc: Document) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class DraftDocuments:
-    """What one call drafts from; an empty ``documents`` means the prompt."""
+    """What one call drafts from; an empty ``documents`` means the prompt. They are the
+    documents as passed or retrieved: the engine drops blank and repeated ones (its
+    ``num_documents`` counts those drafted from)."""
 
-    documents: list[Document] = field(default_factory=list)
+    documents: Any = field(default_factory=list)  # Documents, or what the core refuses
     origin: DocumentOrigin = "prompt"
     retriever_scopes: tuple[str, ...] = ()  # answer scopes of the retrievers drafted from
     answer_scope: str | None = None  # the scope whose earlier answers are drafted from too
 
     @property
-    def texts(self) -> list[str] | None:
+    def texts(self) -> Any:
         """The request's ``documents`` (``None`` = draft from the prompt)."""
-        return [d.page_content for d in self.documents] if self.documents else None
+        if not isinstance(self.documents, list):  # not a list: the core says what is wrong
+            return self.documents
+        return [d.page_content if isinstance(d, Document) else d
+                for d in self.documents] or None
 
     def describe(self) -> list[dict[str, Any]]:
         return [describe(d) for d in self.documents]
@@ -92,12 +78,18 @@ def choose_documents(explicit: Any, retrieved: Retrieved | None) -> DraftDocumen
     no retriever ran for the call (or the call does not use retrieved documents).
     """
     if explicit is not None:
-        docs = draftable(as_documents(explicit))
-        return DraftDocuments(docs, "argument" if docs else "prompt")
+        docs = as_documents(explicit)
+        return DraftDocuments(docs, "argument" if _given(docs) else "prompt")
     if retrieved is not None:
         # A retriever ran for this call: it is in the retriever's scope even when nothing
-        # draftable came back.
+        # came back.
         scopes = tuple(retriever_scope(name, meta) for name, meta in retrieved.retrievers)
-        docs = draftable(retrieved.documents)
+        docs = list(retrieved.documents)
         return DraftDocuments(docs, "retriever" if docs else "prompt", scopes)
     return DraftDocuments()
+
+
+def _given(docs: Any) -> bool:
+    """Whether documents were given: anything but an empty list (a value the core
+    refuses counts, so the call reaches the core and fails there)."""
+    return not isinstance(docs, list) or bool(docs)

@@ -1,9 +1,10 @@
 """What a response reports: token usage, finish reason and how the speculation went.
 
 ``speculative`` holds the engine's per-request counters (the core
-:class:`~ngram_trie_rag.backends.Answer`'s ``speculative``) plus the documents the trie was
-built from, named by id, metadata, hash and a short preview, so a trace shows why a call was
-fast or slow. The local engine counts steps, drafted nodes and accept lengths. vLLM
+:class:`~ngram_trie_rag.backends.Answer`'s ``speculative``) plus the documents the call
+was given, named by id, metadata, hash and a short preview, so a trace shows why a call was
+fast or slow (the engine drops blank and repeated documents: its ``num_documents`` counts
+those drafted from). The local engine counts steps, drafted nodes and accept lengths. vLLM
 (server or in-process) reports per-request acceptance only when its
 ``per_request_spec_decode_metrics`` option is on (the in-process engine turns it on; a
 server needs ``--per-request-spec-decode-metrics summary``); otherwise ``acceptance`` is

@@ -24,16 +24,14 @@ from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 from ngram_trie_rag import shared_generator  # noqa: E402
+from ngram_trie_rag.cache_paths import data_dir  # noqa: E402
 from ngram_trie_rag.reference import greedy_reference  # noqa: E402
 
 # the core tests' hub cache (tests/hub_cache.py): loading by hub id, offline
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
 from hub_cache import loaded_model, model_folder, offline_hub  # noqa: E402, F401
 
-# The shared benchmark data: $NGRAM_TRIE_RAG_DATA, else shared/data beside the checkout.
-SHARED_DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")
-                   or Path(__file__).resolve().parents[4] / "shared" / "data")
-HAGRID = SHARED_DATA / "hagrid" / "hagrid.jsonl"
+HAGRID = data_dir() / "hagrid" / "hagrid.jsonl"
 NUM_QUESTIONS = 16
 ANSWER_TOKENS = 40
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from langchain_core.callbacks import StdOutCallbackHandler
 from langchain_core.messages import HumanMessage
+from wrapper_refusals import assert_loaded_model_refused_on_vllm, assert_placement_refused
 
 from langchain_ngram_trie import ChatNGramTrie, NGramTrieLLM
 
@@ -107,10 +108,7 @@ def test_langchains_and_huggingfaces_keywords_are_accepted(cls) -> None:
 
 def test_loader_settings_that_cannot_apply_are_refused(loaded_model) -> None:
     model, tokenizer = loaded_model
-    with pytest.raises(ValueError, match="device_map is given twice"):
-        ChatNGramTrie(device_map="auto", model_kwargs={"device_map": "cpu"})
-    with pytest.raises(ValueError, match="device and device_map both place the model"):
-        ChatNGramTrie(device_map="auto", device="cpu")
+    assert_placement_refused(ChatNGramTrie)
     with pytest.raises(ValueError, match="device, dtype cannot be used with a loaded model"):
         ChatNGramTrie(model=model, tokenizer=tokenizer, device="cpu", dtype="float32")
     with pytest.raises(ValueError, match="model_kwargs cannot be used with a loaded model"):
@@ -123,11 +121,7 @@ def test_loader_settings_that_cannot_apply_are_refused(loaded_model) -> None:
 @pytest.mark.parametrize("cls", CLASSES)
 def test_a_loaded_model_is_refused_on_vllm(cls, loaded_model) -> None:
     model, _ = loaded_model
-    with pytest.raises(ValueError, match=r"a loaded model object runs on this package's "
-                                         r"engine only .* 'vllm-server'"):
-        cls(model=model, base_url=URL)
-    with pytest.raises(ValueError, match=r"a loaded model object runs .* on 'vllm' "):
-        cls(model=model, backend="vllm")
+    assert_loaded_model_refused_on_vllm(cls, model)
     with pytest.raises(ValueError, match=r"device_map cannot be used .* 'vllm'"):
         cls(model="org/some-model", backend="vllm", device_map="auto")
     with pytest.raises(ValueError, match=r"tokenizer cannot be used .* 'vllm-server'"):

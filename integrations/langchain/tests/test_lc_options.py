@@ -47,8 +47,16 @@ def test_bound_documents_beat_retrieved_ones_and_keep_the_answer(llm, vector_sto
 
 
 def test_blank_and_repeated_documents_are_skipped(llm):
-    message = llm.invoke(QUESTION, documents=["", "  ", FACT, FACT], max_tokens=4)
-    assert spec(message)["num_documents"] == 1
+    """Passed on as given (the response names all four) and settled by the core, which
+    drafts from each distinct non-blank text once; with nothing left, from the prompt."""
+    message = llm.invoke(QUESTION, documents=["", "  ", FACT, Document(page_content=FACT)],
+                         max_tokens=4)
+    assert spec(message)["num_documents"] == 1 and spec(message)["draft_source"] == "documents"
+    assert [d["preview"] for d in spec(message)["documents"]] == ["", "  ", FACT[:80], FACT[:80]]
+    blank = llm.invoke(QUESTION, documents=[Document(page_content=" ")], max_tokens=4)
+    assert spec(blank)["documents_from"] == "argument"
+    assert spec(blank)["draft_source"] == "prompt" and spec(blank)["num_documents"] == 0
+    assert blank.content == message.content  # drafting changes speed, never the answer
 
 
 def test_stop_and_max_tokens(llm):
@@ -74,8 +82,10 @@ def test_sampling_is_seeded_and_honours_top_p_top_k(llm):
 
 
 def test_bad_inputs_raise(llm):
-    with pytest.raises(TypeError, match="list of strings or Documents"):
+    with pytest.raises(TypeError, match="not a string: wrap it"):
         llm.invoke(QUESTION, documents=FACT)
+    with pytest.raises(TypeError, match="document 1 must be a string or a list of token ids"):
+        llm.invoke(QUESTION, documents=[FACT, 42])
     with pytest.raises(TypeError, match="unsupported keyword"):
         llm.invoke(QUESTION, max_new_tokens=3)
     image = HumanMessage(content=[{"type": "text", "text": "What is this?"},

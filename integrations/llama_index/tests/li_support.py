@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -24,12 +22,10 @@ from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMComp
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+from ngram_trie_rag.cache_paths import data_dir
 from ngram_trie_rag.reference import greedy_reference
 
-# The shared benchmark data: $NGRAM_TRIE_RAG_DATA, else ../shared/data beside the project.
-SHARED_DATA = Path(os.environ.get("NGRAM_TRIE_RAG_DATA")
-                   or Path(__file__).resolve().parents[4] / "shared" / "data")
-WIKI = SHARED_DATA / "wiki_passages" / "passages.jsonl"
+WIKI = data_dir() / "wiki_passages" / "passages.jsonl"
 
 
 def wiki_nodes(limit: int = 30) -> list[TextNode]:

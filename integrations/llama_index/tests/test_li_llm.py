@@ -75,8 +75,9 @@ def test_complete_is_plain_greedy_and_reports_stats(li_llm, li_plain_llm):
 
 def test_documents_argument_is_the_draft_source(li_llm, li_plain_llm):
     response = li_llm.complete(QUESTION, documents=[DOC, "  ", DOC], max_new_tokens=N)
-    assert response.raw["draft_texts"] == [DOC]  # blank and repeated texts are skipped
+    assert response.raw["draft_texts"] == [DOC, "  ", DOC]  # passed on as given
     assert response.additional_kwargs["draft_origin"] == "documents"
+    # the core drops the blank text and the repeat: one document drafted from
     assert response.additional_kwargs["speculative"]["num_documents"] == 1
     assert response.text == li_plain_llm.answer(USER, N)
 
@@ -89,12 +90,23 @@ def test_formatted_prompt_goes_to_the_model_as_is(li_llm, li_plain_llm):
         li_llm.generator.encode_prompt(prompt))
 
 
-def test_repeated_node_texts_are_drafted_once_with_their_first_id(li_llm):
+def test_blank_and_repeated_nodes_are_passed_on_and_dropped_by_the_core(li_llm):
+    """An empty node (an image's, an empty page) is an ordinary retrieval result: the
+    node goes on as retrieved, and the engine drafts from each distinct text once."""
     nodes = [TextNode(id_="a", text=DOC), TextNode(id_="b", text=QUESTION),
-             TextNode(id_="c", text=DOC)]
+             TextNode(id_="c", text=DOC), TextNode(id_="empty", text=" ")]
     with li_llm.drafting_from(nodes) as source:
-        pass
-    assert source.node_ids == ("a", "b") and source.texts == (DOC, QUESTION)
+        inside = li_llm.complete(QUESTION, max_new_tokens=4)
+    assert source.node_ids == ("a", "b", "c", "empty")
+    assert source.texts == (DOC, QUESTION, DOC, " ")
+    assert inside.raw["draft_node_ids"] == ["a", "b", "c", "empty"]
+    stats = inside.raw["speculative"]
+    assert stats["draft_source"] == "documents" and stats["num_documents"] == 2
+    with li_llm.drafting_from([TextNode(id_="empty", text="")]):
+        blank = li_llm.complete(QUESTION, max_new_tokens=4)
+    assert blank.raw["draft_origin"] == "documents"  # given, but nothing to draft from
+    assert blank.raw["speculative"]["draft_source"] == "prompt"
+    assert blank.text == inside.text  # drafting changes speed, never the answer
 
 
 def test_drafting_from_block_applies_inside_only(li_llm):
@@ -191,7 +203,10 @@ def test_bad_numbers_and_bytes_are_clear_errors(li_llm):
              ({"top_k": False}, TypeError, "top_k must be an integer, got False"),
              ({"num_draft": 0}, ValueError, "num_draft must be >= 1"),
              ({"documents": [b"Error E2"]}, TypeError, "document 0 is bytes.*decode"),
-             ({"documents": b"Error E2"}, TypeError, "documents are bytes.*decode")]
+             # a single item is one document, as a single string is
+             ({"documents": b"Error E2"}, TypeError, "document 0 is bytes.*decode"),
+             ({"documents": [{"text": DOC}]}, TypeError,
+              "document 0 must be a string or a list of token ids, got dict")]
     for kwargs, error, message in cases:
         with pytest.raises(error, match=message):
             li_llm.complete(QUESTION, **kwargs)

@@ -16,6 +16,7 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.types import PydanticProgramMode
 from ngram_trie_rag import SpeculativeGenerator
 from pydantic import BaseModel
+from wrapper_refusals import assert_loaded_model_refused_on_vllm, assert_placement_refused
 
 from llama_index.llms.ngram_trie import NGramTrieLLM
 
@@ -117,10 +118,7 @@ def test_llama_index_and_hugging_face_keywords_are_accepted() -> None:
 
 def test_loader_settings_that_cannot_apply_are_refused(loaded_model) -> None:
     model, tokenizer = loaded_model
-    with pytest.raises(ValueError, match="device_map is given twice"):
-        NGramTrieLLM(device_map="auto", model_kwargs={"device_map": "cpu"})
-    with pytest.raises(ValueError, match="device and device_map both place the model"):
-        NGramTrieLLM(device_map="auto", device="cpu")
+    assert_placement_refused(NGramTrieLLM)
     with pytest.raises(ValueError, match="tokenizer and tokenizer_name both name"):
         NGramTrieLLM(tokenizer=tokenizer, tokenizer_name="org/tok")
     with pytest.raises(ValueError, match="dtype, device_map cannot be used with a loaded"):
@@ -129,11 +127,7 @@ def test_loader_settings_that_cannot_apply_are_refused(loaded_model) -> None:
 
 def test_a_loaded_model_is_refused_on_vllm(loaded_model) -> None:
     model, _ = loaded_model
-    with pytest.raises(ValueError, match=r"a loaded model object runs on this package's "
-                                         r"engine only .* 'vllm-server'"):
-        NGramTrieLLM(model=model, base_url=URL)
-    with pytest.raises(ValueError, match=r"a loaded model object runs .* on 'vllm' "):
-        NGramTrieLLM(model=model, backend="vllm")
+    assert_loaded_model_refused_on_vllm(NGramTrieLLM, model)
     with pytest.raises(ValueError, match=r"tokenizer_name cannot be used .* 'vllm'"):
         NGramTrieLLM(backend="vllm", tokenizer_name="org/tok")
     # For a server, model_name is the served model's name.

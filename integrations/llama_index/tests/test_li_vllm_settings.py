@@ -131,11 +131,14 @@ def test_a_vllm_request_carries_the_options_and_node_texts(served) -> None:
     model, _ = served
     llm = NGramTrieLLM(base_url=URL, max_new_tokens=9, temperature=0.5, seed=3)
     nodes = [TextNode(id_="a", text=PASSAGES[0]), TextNode(id_="b", text=PASSAGES[1]),
-             TextNode(id_="c", text=PASSAGES[0])]
-    llm.complete("Where was Socrates born?", documents=nodes, stop=["\n"], max_tokens=5)
+             TextNode(id_="c", text=PASSAGES[0]), TextNode(id_="d", text=" ")]
+    answer = llm.complete("Where was Socrates born?", documents=nodes, stop=["\n"],
+                          max_tokens=5)
     [(prompt, documents, options)] = model.requests
     assert prompt == [{"role": "user", "content": "Where was Socrates born?"}]  # chat model
-    assert documents == PASSAGES  # each text once
+    assert documents == PASSAGES  # each text once, the blank one dropped, by the core
+    assert answer.raw["draft_node_ids"] == ["a", "b", "c", "d"]  # as retrieved
+    assert answer.raw["speculative"]["num_documents"] == 2
     assert options == GenerationOptions(max_new_tokens=5, temperature=0.5, seed=3,
                                         stop=("\n",))
     assert llm.metadata.model_name == "served-model"  # the server's, none given

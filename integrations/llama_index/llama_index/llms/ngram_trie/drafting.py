@@ -9,67 +9,64 @@ that found them (see ``scopes``): the call also drafts from that scope's earlier
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
-from ngram_trie_rag.inputs import unique_documents
-from ngram_trie_rag.validation import refuse_bytes
 
 from .tracking import get_tracker
 
 DraftItem = str | BaseNode | NodeWithScore
 DraftOrigin = Literal["documents", "retrieved_nodes", "prompt"]
+# One document each, though some are iterable (a text, bytes, a node).
+_SINGLE = (str, bytes, bytearray, memoryview, Mapping, BaseNode, NodeWithScore)
 
 
 @dataclass(frozen=True)
 class DraftSource:
-    """The texts one call drafts from; ``texts`` empty means "draft from the prompt"."""
+    """The texts one call passes to the engine, as retrieved or given (the engine drops
+    blank and repeated ones); ``texts`` empty means "draft from the prompt"."""
 
     origin: DraftOrigin
-    texts: tuple[str, ...] = ()
+    texts: tuple[Any, ...] = ()  # strings, or items the core refuses by name
     node_ids: tuple[str | None, ...] = field(default=())
     retriever_scope: str | None = None  # answer scope of the retrievals that found them
     answer_scope: str | None = None  # the scope whose earlier answers are drafted from too
 
     @property
-    def documents(self) -> list[str] | None:
+    def documents(self) -> list[Any] | None:
         """What the backend takes: ``None`` drafts from the prompt."""
         return list(self.texts) if self.texts else None
 
 
 def to_draft_source(items: Iterable[DraftItem], origin: DraftOrigin) -> DraftSource:
-    """Texts (with node ids where known) of strings, nodes or scored nodes.
+    """Texts (with node ids where known) of strings, nodes or scored nodes, in order.
 
-    Empty or whitespace texts (e.g. an image node) are skipped: there is nothing to draft
-    from in them, and the core rejects them. Repeated texts are kept once (first
-    occurrence), so the node ids reported name the texts the trie was built from. With no
-    text left the prompt is the draft source. Bytes are refused with a hint to decode
-    them; the texts themselves are checked where the backend encodes them.
+    Nothing is filtered here: the core settles blank texts (e.g. an image node's), repeats
+    and wrong kinds once, for every caller (:func:`ngram_trie_rag.validation.check_documents`),
+    so an item that is neither a string nor a node goes on as it is, for the core to refuse
+    by name (bytes with a hint to decode them). A single item counts as one document. With
+    no item the prompt is the draft source.
     """
-    refuse_bytes(items)
-    if isinstance(items, str | BaseNode | NodeWithScore):
+    if isinstance(items, _SINGLE) or not isinstance(items, Iterable):
         items = [items]
-    found: list[tuple[str, str | None]] = []
-    for item in items:
-        node = item.node if isinstance(item, NodeWithScore) else item
-        if isinstance(node, BaseNode):
-            text, node_id = node.get_content(metadata_mode=MetadataMode.LLM), node.node_id
-        elif isinstance(node, str):
-            text, node_id = node, None
-        else:
-            raise TypeError(
-                f"draft documents must be strings or LlamaIndex nodes, got {type(item).__name__}"
-            )
-        if text.strip():
-            found.append((text, node_id))
-    if not found:  # nothing usable: the backend drafts from the prompt
+    found = [_text_and_id(item) for item in items]
+    if not found:
         return DraftSource("prompt")
-    texts, ids = zip(*unique_documents(found, key=lambda pair: pair[0]), strict=True)
+    texts, ids = zip(*found, strict=True)
     return DraftSource(origin, texts, ids)
+
+
+def _text_and_id(item: Any) -> tuple[Any, str | None]:
+    """A node's text as the response synthesizer puts it into the prompt, and its id;
+    anything else as it is, with no id."""
+    node = item.node if isinstance(item, NodeWithScore) else item
+    if isinstance(node, BaseNode):
+        return node.get_content(metadata_mode=MetadataMode.LLM), node.node_id
+    return item, None
 
 
 _OVERRIDE: ContextVar[DraftSource | None] = ContextVar("ngram_trie_draft_override", default=None)
