@@ -40,7 +40,6 @@ import torch
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.methods import measure_prefill, run_core, run_vanilla
-from ngram_trie_rag.cache_paths import data_dir
 from ngram_trie_rag.prompts import rag_request
 from ngram_trie_rag.retrieval import (
     CrossEncoderReranker,
@@ -52,6 +51,7 @@ from ngram_trie_rag.retrieval import (
 )
 from ngram_trie_rag.retrieval.corpus import PassageCorpus
 from ngram_trie_rag.retrieval.jsonl import read_jsonl
+from ngram_trie_rag.util.cache_paths import data_dir
 
 DEFAULT_QUESTIONS = data_dir() / "nq_open" / "nq-open-oracle.jsonl.gz"
 DEFAULT_CORPUS = data_dir() / "wiki_passages" / "passages.jsonl"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .lazy import lazy_exports
+from .util.lazy import lazy_exports
 
 _EXPORTS = {
     "AnswerStore": ".drafting",
@@ -18,29 +18,29 @@ _EXPORTS = {
     "NGramTrie": ".drafting",
     "Answer": ".backends",
     "Backend": ".backends",
-    "GenerationOptions": ".options",
+    "GenerationOptions": ".decoding.options",
     "Request": ".backends",
     "open_backend": ".backends",
-    "GenerationResult": ".result",
-    "GenerationStats": ".result",
-    "GenerationStream": ".stream",
+    "GenerationResult": ".decoding.result",
+    "GenerationStats": ".decoding.result",
+    "GenerationStream": ".decoding.stream",
     "ModelNotFoundError": ".loading",
     "load_model": ".loading",
-    "SamplingParams": ".sampling",
+    "SamplingParams": ".decoding.sampling",
     "SpeculativeGenerator": ".generator",
-    "shared_generator": ".shared",
+    "shared_generator": ".wrappers.shared",
 }
 
 if TYPE_CHECKING:
     from .backends import Answer, Backend, Request, open_backend
+    from .decoding.options import GenerationOptions
+    from .decoding.result import GenerationResult, GenerationStats
+    from .decoding.sampling import SamplingParams
+    from .decoding.stream import GenerationStream
     from .drafting import AnswerStore, DraftConfig, Drafter, DraftTree, NGramTrie
     from .generator import SpeculativeGenerator
     from .loading import ModelNotFoundError, load_model
-    from .options import GenerationOptions
-    from .result import GenerationResult, GenerationStats
-    from .sampling import SamplingParams
-    from .shared import shared_generator
-    from .stream import GenerationStream
+    from .wrappers.shared import shared_generator
 
 __all__ = [
     "Answer",

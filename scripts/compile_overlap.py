@@ -20,7 +20,7 @@ import sys
 import time
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.engine import switch_interval
+from ngram_trie_rag.engine.compiling import switch_interval
 from ngram_trie_rag.engine.static_engine import StaticEngine
 from ngram_trie_rag.loading import load_model
 

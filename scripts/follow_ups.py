@@ -28,8 +28,8 @@ from pathlib import Path
 
 from ngram_trie_rag import AnswerStore, GenerationResult, SpeculativeGenerator
 from ngram_trie_rag.bench.data import split_context
-from ngram_trie_rag.cache_paths import data_dir
 from ngram_trie_rag.prompts import rag_messages
+from ngram_trie_rag.util.cache_paths import data_dir
 
 DATA = data_dir()
 VARIANTS = ("plain", "per-request", "answer store")

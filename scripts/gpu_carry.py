@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ngram_trie_rag.cache_paths import data_dir  # noqa: E402
 from ngram_trie_rag.loading import default_model_dir, packaged_gguf  # noqa: E402
+from ngram_trie_rag.util.cache_paths import data_dir  # noqa: E402
 
 META_FILES = ("config.json", "generation_config.json", "tokenizer.json",
               "tokenizer_config.json", "chat_template.jinja")

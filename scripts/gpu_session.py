@@ -55,9 +55,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ngram_trie_rag.bench import cost_curve  # noqa: E402
-from ngram_trie_rag.cache_paths import data_dir  # noqa: E402
 from ngram_trie_rag.commands.cli import main as cli  # noqa: E402
-from ngram_trie_rag.engine.latency import sync_device  # noqa: E402
+from ngram_trie_rag.engine.costs.latency import sync_device  # noqa: E402
+from ngram_trie_rag.util.cache_paths import data_dir  # noqa: E402
 
 STARTED = time.perf_counter()
 CURVE_SHAPES = ("smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b")

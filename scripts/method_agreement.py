@@ -24,7 +24,7 @@ from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.data import load_items
 from ngram_trie_rag.bench.methods import run_vanilla
 from ngram_trie_rag.bench.runner import warm_up
-from ngram_trie_rag.cache_paths import data_dir
+from ngram_trie_rag.util.cache_paths import data_dir
 
 DATA = data_dir() / "spec_bench" / "rag.jsonl"
 METHODS = ("none", "chain", "trie")

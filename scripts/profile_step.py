@@ -20,7 +20,7 @@ import pstats
 import torch
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.cache_paths import data_dir
+from ngram_trie_rag.util.cache_paths import data_dir
 
 # label -> (file suffix, function name) of the seams the decode loop calls once per step
 SEAMS = {

@@ -33,7 +33,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ngram_trie_rag.cache_paths import data_dir  # noqa: E402
 from ngram_trie_rag.retrieval import Embedder, LLMReranker, Passage, VectorIndex  # noqa: E402
 from ngram_trie_rag.retrieval.corpus import PassageCorpus  # noqa: E402
 from ngram_trie_rag.retrieval.jsonl import read_jsonl  # noqa: E402
@@ -42,6 +41,7 @@ from ngram_trie_rag.retrieval.policy import (  # noqa: E402
     nlist_for_count,
     pq_m_for_dim,
 )
+from ngram_trie_rag.util.cache_paths import data_dir  # noqa: E402
 
 NQ = data_dir() / "nq_open" / "nq-open-oracle.jsonl.gz"
 WIKI = data_dir() / "wiki_passages" / "passages.jsonl"

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.cache_paths import data_dir
+from ngram_trie_rag.util.cache_paths import data_dir
 
 DATA = data_dir()
 METHODS = ("chain", "trie")

@@ -8,8 +8,8 @@ from itertools import islice
 
 import pytest
 
-from ngram_trie_rag.cache_paths import data_dir
 from ngram_trie_rag.retrieval.jsonl import read_jsonl as read_rows
+from ngram_trie_rag.util.cache_paths import data_dir
 
 SHARED_DATA = data_dir()
 

@@ -11,12 +11,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ngram_trie_rag.decoding.sampling import SamplingParams, probabilities
 from ngram_trie_rag.drafting.draft_tree import DraftTree
 from ngram_trie_rag.engine import acceptance
 from ngram_trie_rag.engine.acceptance import accept_on_device, row_choices, tree_tensors
 from ngram_trie_rag.engine.acceptance import host_walk as host_accept
-from ngram_trie_rag.engine.tree_buckets import BUCKETS, bucket_for, pad_tree
-from ngram_trie_rag.sampling import SamplingParams, probabilities
+from ngram_trie_rag.engine.trees.tree_buckets import BUCKETS, bucket_for, pad_tree
 
 V = 12
 GREEDY = SamplingParams()

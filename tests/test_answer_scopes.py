@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from ngram_trie_rag import AnswerStore
-from ngram_trie_rag.answer_scopes import (
+from ngram_trie_rag.wrappers.answer_scopes import (
     SHARED,
     AnswerMemory,
     AnswerScopes,

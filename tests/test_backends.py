@@ -19,8 +19,8 @@ from ngram_trie_rag.backends import (
     VLLMBackend,
     open_backend,
 )
+from ngram_trie_rag.decoding.options import GenerationOptions
 from ngram_trie_rag.drafting import AnswerStore
-from ngram_trie_rag.options import GenerationOptions
 
 DOCS = ["Socrates was born in Alopece, a deme of Athens, around 470 BC.",
         "Plato founded the Academy in Athens."]

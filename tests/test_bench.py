@@ -42,8 +42,8 @@ from ngram_trie_rag.bench.runner import answer_text, encode_item, rotated
 from ngram_trie_rag.bench.sweep import replay_cell
 from ngram_trie_rag.commands.bench import add_parser, bench_config, sweep_config
 from ngram_trie_rag.commands.cli import main
+from ngram_trie_rag.decoding.repetition import repeat_cut
 from ngram_trie_rag.prompts import rag_prompt
-from ngram_trie_rag.repetition import repeat_cut
 
 RAG = SHARED_DATA / "spec_bench" / "rag.jsonl"
 HAGRID = SHARED_DATA / "hagrid" / "hagrid.jsonl"

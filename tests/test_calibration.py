@@ -13,8 +13,9 @@ import torch
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.commands.cli import main
-from ngram_trie_rag.engine import EagerEngine, curve_cache
-from ngram_trie_rag.engine.latency import SIZES, LatencyCurve, latency_curve
+from ngram_trie_rag.engine import EagerEngine
+from ngram_trie_rag.engine.costs import curve_cache
+from ngram_trie_rag.engine.costs.latency import SIZES, LatencyCurve, latency_curve
 from ngram_trie_rag.loading import DEFAULT_MODEL_NAME, default_model_dir
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -171,7 +172,7 @@ def test_a_slow_wait_is_announced_and_a_quick_one_is_not(capsys) -> None:
 def test_the_host_key_names_the_libraries_and_no_gpu_on_the_cpu_suite() -> None:
     import transformers
 
-    from ngram_trie_rag.engine.curve_cache import host
+    from ngram_trie_rag.engine.costs.curve_cache import host
 
     key = host()
     assert torch.__version__ in key and transformers.__version__ in key

@@ -8,7 +8,7 @@ import threading
 
 from torch._inductor import cudagraph_trees as trees
 
-from ngram_trie_rag.engine.cudagraph_threads import cudagraph_trees_for_this_thread
+from ngram_trie_rag.engine.compiling.cudagraph_threads import cudagraph_trees_for_this_thread
 
 
 def _as_before_2_13(local) -> None:

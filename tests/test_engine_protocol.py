@@ -18,7 +18,7 @@ from ngram_trie_rag.engine.static_engine import StaticEngine
 PACKAGE = Path(__file__).resolve().parents[1] / "ngram_trie_rag"
 # an engine's parts or its kind, read from outside the engine package
 REACHING_IN = re.compile(r"getattr\(.*engine, *\"compiled\"|engine\.(prefixes|last_threads|step|"
-                         r"_\w+|costs|compiled|capacity_for|reserve|compile_for)\b|"
+                         r"_\w+|compiled|capacity_for|reserve|compile_for)\b|"
                          r"isinstance\([^)]*(Eager|Static)Engine")
 
 

@@ -10,7 +10,7 @@ from data_files import read_jsonl
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.engine import EagerEngine, LatencyCurve
-from ngram_trie_rag.engine.latency import SIZES
+from ngram_trie_rag.engine.costs.latency import SIZES
 from ngram_trie_rag.reference import greedy_reference
 
 MAX_NEW = 64

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ngram_trie_rag.cache_paths import data_dir
 from ngram_trie_rag.loading import default_model_dir
+from ngram_trie_rag.util.cache_paths import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_dir() / "spec_bench" / "rag.jsonl"

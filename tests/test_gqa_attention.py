@@ -11,9 +11,9 @@ import torch
 from tiny_model import tiny_llama
 
 from ngram_trie_rag.drafting.draft_tree import DraftTree
-from ngram_trie_rag.engine import gqa_attention
+from ngram_trie_rag.engine.cpu import gqa_attention
 from ngram_trie_rag.engine.kv_cache import cache_kwargs, new_cache
-from ngram_trie_rag.engine.tree_attention import tree_inputs
+from ngram_trie_rag.engine.trees.tree_attention import tree_inputs
 from ngram_trie_rag.reference import greedy_reference
 
 # A two-branch tree below the last committed token: 5-6-7, 8-9, 5-10-11 style shapes.

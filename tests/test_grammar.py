@@ -18,7 +18,7 @@ from pydantic import BaseModel  # noqa: E402
 
 from ngram_trie_rag import DraftTree, SpeculativeGenerator  # noqa: E402
 from ngram_trie_rag.bench.data import load_items  # noqa: E402
-from ngram_trie_rag.grammar import Grammar, _retrieve_arrays, compiler_for  # noqa: E402
+from ngram_trie_rag.decoding.grammar import Grammar, _retrieve_arrays, compiler_for  # noqa: E402
 
 
 class Cited(BaseModel):

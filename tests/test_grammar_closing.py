@@ -12,7 +12,7 @@ xgr = pytest.importorskip("xgrammar")
 from pydantic import BaseModel  # noqa: E402
 
 from ngram_trie_rag import SpeculativeGenerator  # noqa: E402
-from ngram_trie_rag.grammar import Grammar, compiler_for  # noqa: E402
+from ngram_trie_rag.decoding.grammar import Grammar, compiler_for  # noqa: E402
 
 
 class Inner(BaseModel):

@@ -84,7 +84,7 @@ def test_loader_options_pass_through_and_contradictions_are_refused(offline_hub)
 
 
 def test_attention_that_cannot_take_a_tree_mask_is_refused_by_name(generator) -> None:
-    from ngram_trie_rag.engine.support import check_supported
+    from ngram_trie_rag.engine.models.support import check_supported
 
     config = generator.model.config
     before = config._attn_implementation

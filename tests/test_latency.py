@@ -13,8 +13,10 @@ import torch
 from tiny_model import tiny_llama
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.engine import EagerEngine, curve_cache, linear_layout, llama_step
-from ngram_trie_rag.engine.latency import SIZES, LatencyCurve, default_curve, latency_curve
+from ngram_trie_rag.engine import EagerEngine
+from ngram_trie_rag.engine.costs import curve_cache
+from ngram_trie_rag.engine.costs.latency import SIZES, LatencyCurve, default_curve, latency_curve
+from ngram_trie_rag.engine.cpu import linear_layout, llama_step
 
 KEY = ("LlamaForCausalLM", "llama", 1234, "torch.float32", "cpu", 2, 2, 32, True)
 CURVE = LatencyCurve({1: 0.03, 2: 0.031, 9: 0.05, 17: 0.08},

@@ -8,9 +8,9 @@ import pytest
 import torch
 from tiny_model import tiny_llama
 
-from ngram_trie_rag.engine import linear_layout
+from ngram_trie_rag.engine.costs.latency import LatencyCurve
+from ngram_trie_rag.engine.cpu import linear_layout
 from ngram_trie_rag.engine.kv_cache import MIN_SLACK, BufferLayer, cache_kwargs, compact, new_cache
-from ngram_trie_rag.engine.latency import LatencyCurve
 from ngram_trie_rag.reference import greedy_reference
 
 

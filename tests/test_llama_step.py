@@ -14,11 +14,12 @@ from tiny_model import tiny_llama
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.drafting.draft_tree import DraftTree
-from ngram_trie_rag.engine import EagerEngine, gqa_attention, linear_layout, llama_step
-from ngram_trie_rag.engine.forward import forward
+from ngram_trie_rag.engine import EagerEngine
+from ngram_trie_rag.engine.cpu import gqa_attention, linear_layout, llama_step
+from ngram_trie_rag.engine.cpu.forward import forward
+from ngram_trie_rag.engine.cpu.llama_step import LlamaStep
 from ngram_trie_rag.engine.kv_cache import cache_kwargs, new_cache
-from ngram_trie_rag.engine.llama_step import LlamaStep
-from ngram_trie_rag.engine.tree_attention import tree_inputs
+from ngram_trie_rag.engine.trees.tree_attention import tree_inputs
 
 # Two branches below the last committed token, depths 1-3.
 TREE = DraftTree(np.array([5, 6, 7, 8, 9, 10, 11]), np.array([-1, 0, 1, -1, 3, 0, 5]),

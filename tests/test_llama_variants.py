@@ -20,8 +20,8 @@ from model_families import (
     random_prompt,
 )
 
-from ngram_trie_rag.engine import llama_step
-from ngram_trie_rag.engine.rope_limits import UNLIMITED, RopeLimit, rope_limit
+from ngram_trie_rag.engine.cpu import llama_step
+from ngram_trie_rag.engine.models.rope_limits import UNLIMITED, RopeLimit, rope_limit
 from ngram_trie_rag.reference import greedy_reference
 
 HALF_HEAD = 8  # rotary frequencies per head (head_dim 16)

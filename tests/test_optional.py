@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ngram_trie_rag.optional import require
+from ngram_trie_rag.util.optional import require
 
 
 def test_a_present_package_is_returned() -> None:

@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
+from ngram_trie_rag.decoding.options import GenerationOptions, options_from
 from ngram_trie_rag.drafting import AnswerStore
-from ngram_trie_rag.options import GenerationOptions, options_from
 
 LANGCHAIN = {"max_new_tokens": "max_tokens"}  # a caller that spells the budget its own way
 

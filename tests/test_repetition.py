@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.decoding.repetition import RepetitionStop, cut_answer, repeat_cut, trim_steps
+from ngram_trie_rag.decoding.result import GenerationStats
 from ngram_trie_rag.reference import greedy_reference
-from ngram_trie_rag.repetition import RepetitionStop, cut_answer, repeat_cut, trim_steps
-from ngram_trie_rag.result import GenerationStats
 
 # ---- the rule ---------------------------------------------------------------------------
 

@@ -10,8 +10,8 @@ from scipy.stats import chisquare
 from tiny_model import tiny_llama
 
 from ngram_trie_rag import SamplingParams, SpeculativeGenerator
+from ngram_trie_rag.decoding.sampling import probabilities
 from ngram_trie_rag.reference import greedy_reference
-from ngram_trie_rag.sampling import probabilities
 
 PROMPT = [2, 3, 4, 5, 2, 3]
 DOCS = [[3, 4, 5, 6, 3, 4, 7], [3, 4, 9, 10]]

@@ -21,12 +21,12 @@ from torch.overrides import TorchFunctionMode
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.runner import warm_up
+from ngram_trie_rag.decoding.sampling import SamplingParams
 from ngram_trie_rag.drafting import DraftTree
 from ngram_trie_rag.engine import EagerEngine, EngineInfo, LatencyCurve, static_engine
-from ngram_trie_rag.engine.staging import Staging
 from ngram_trie_rag.engine.static_engine import StaticEngine, static_engine_for
+from ngram_trie_rag.engine.trees.staging import Staging
 from ngram_trie_rag.reference import greedy_reference
-from ngram_trie_rag.sampling import SamplingParams
 
 MAX_NEW = 64
 SMALL_NEW = 24
@@ -386,7 +386,7 @@ def test_each_compiled_engine_compiles_its_own_copy_of_the_step() -> None:
 
 
 def test_background_compiler_runs_each_key_once_and_reports_failures(capsys) -> None:
-    from ngram_trie_rag.engine.background_compile import BackgroundCompiler
+    from ngram_trie_rag.engine.compiling.background_compile import BackgroundCompiler
 
     seen = []
 
@@ -417,7 +417,7 @@ def test_the_compile_thread_ends_when_idle_and_a_new_request_starts_another() ->
     threads than cores, libgomp stops spinning between parallel regions, and every
     later step (compiled or not) pays a wake-up per region. So the thread ends once
     nothing is queued."""
-    from ngram_trie_rag.engine.background_compile import BackgroundCompiler
+    from ngram_trie_rag.engine.compiling.background_compile import BackgroundCompiler
 
     threads = []
     compiler = BackgroundCompiler(lambda key: threads.append(threading.current_thread()))
@@ -434,7 +434,7 @@ def test_under_cuda_graphs_a_request_runs_eagerly_while_any_size_compiles() -> N
     not overlap a warm-up on the compile thread: under CUDA graphs a request whose shapes
     are ready still runs eagerly while another cache size compiles. The rule alone (no
     CUDA here; ``make test-gpu`` runs the graphs)."""
-    from ngram_trie_rag.engine.background_compile import BackgroundCompiler
+    from ngram_trie_rag.engine.compiling.background_compile import BackgroundCompiler
 
     engine = StaticEngine(_tiny("llama"), compiled=True, buckets=(4,), curve=FLAT)
     gate = threading.Event()

@@ -8,7 +8,7 @@ import torch
 
 from ngram_trie_rag.bench import static_step
 from ngram_trie_rag.bench.cost_curve import draft_tree
-from ngram_trie_rag.engine.tree_attention import tree_inputs
+from ngram_trie_rag.engine.trees.tree_attention import tree_inputs
 
 
 def test_tree_mask_matches_the_engines_ancestor_mask_and_hides_stale_slots():

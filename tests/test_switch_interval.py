@@ -7,8 +7,11 @@ import threading
 
 import pytest
 
-from ngram_trie_rag.engine.background_compile import BackgroundCompiler
-from ngram_trie_rag.engine.switch_interval import COMPILE_SWITCH_INTERVAL_S, short_switch_interval
+from ngram_trie_rag.engine.compiling.background_compile import BackgroundCompiler
+from ngram_trie_rag.engine.compiling.switch_interval import (
+    COMPILE_SWITCH_INTERVAL_S,
+    short_switch_interval,
+)
 
 
 @pytest.fixture(autouse=True)

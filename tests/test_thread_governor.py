@@ -15,8 +15,8 @@ from data_files import read_jsonl
 
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.engine import EagerEngine, LatencyCurve
-from ngram_trie_rag.engine.latency import SIZES
-from ngram_trie_rag.engine.thread_governor import (
+from ngram_trie_rag.engine.costs.latency import SIZES
+from ngram_trie_rag.engine.cpu.thread_governor import (
     ABORT_RATIO,
     FIRST_INTERVAL,
     MAX_INTERVAL,
@@ -191,7 +191,7 @@ def test_free_cores_sees_other_runnable_processes() -> None:
     import sys
     import time
 
-    from ngram_trie_rag.engine.thread_governor import free_cores
+    from ngram_trie_rag.engine.cpu.thread_governor import free_cores
 
     assert free_cores(1) == 1
     cores = len(os.sched_getaffinity(0))

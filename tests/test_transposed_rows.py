@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from model_families import FAMILIES, build
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ngram_trie_rag.engine.transposed_rows import TransposedRows, faster_transposed
+from ngram_trie_rag.engine.cpu.transposed_rows import TransposedRows, faster_transposed
 
 
 class _MatrixProducts(TorchDispatchMode):

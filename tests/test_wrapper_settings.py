@@ -11,7 +11,7 @@ from pydantic import model_validator
 
 from ngram_trie_rag.backends import BackendSettings, LocalBackend, VLLMBackend
 from ngram_trie_rag.drafting import AnswerStore
-from ngram_trie_rag.wrapper import WrapperSettings
+from ngram_trie_rag.wrappers.settings import WrapperSettings
 
 URL = "http://127.0.0.1:9/v1"
 
@@ -94,14 +94,14 @@ def test_a_deprecated_name_warns_and_still_works() -> None:
 
 def test_the_backend_and_the_answer_stores_follow_the_settings() -> None:
     local = Settings()
-    assert local.runs_on == "local" and isinstance(local.engine, LocalBackend)
-    assert not local.engine.loaded  # nothing loads before the first call
+    assert local.runs_on == "local" and isinstance(local.active_backend, LocalBackend)
+    assert not local.active_backend.loaded  # nothing loads before the first call
     options, scope = local.with_answer_store(local.call_options({}), "index-1")
     assert scope == "index-1" and options.answer_store is local.answer_scopes.get("index-1")
     seeded = local.call_options({"temperature": 0.7, "seed": 1})
     assert local.with_answer_store(seeded, "index-1") == (seeded, None)  # replays exactly
     server = Settings(base_url=URL, model="m")
-    assert server.runs_on == "vllm-server" and isinstance(server.engine, VLLMBackend)
+    assert server.runs_on == "vllm-server" and isinstance(server.active_backend, VLLMBackend)
     options = server.call_options({})
     assert server.with_answer_store(options, "index-1") == (options, None)
     store = AnswerStore()
@@ -121,7 +121,7 @@ def test_a_field_assigned_after_construction_applies_to_the_next_call() -> None:
 
 
 def test_the_repetition_stop_is_on_by_default_where_the_engine_is_local() -> None:
-    from ngram_trie_rag.repetition import DEFAULT_N
+    from ngram_trie_rag.decoding.repetition import DEFAULT_N
 
     assert Settings().call_options({}).repetition_stop == DEFAULT_N
     assert Settings(repetition_stop=None).call_options({}).repetition_stop is None

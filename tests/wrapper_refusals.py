@@ -1,8 +1,9 @@
 """Refusals every framework wrapper inherits from the core's wrapper settings.
 
 The LangChain and LlamaIndex classes share one validator
-(:class:`~ngram_trie_rag.wrapper.WrapperSettings`), so the cases it must refuse are written
-once here and each wrapper's suite runs them on its own classes, beside the refusals only
+(:class:`~ngram_trie_rag.wrappers.settings.WrapperSettings`), so the cases it must refuse
+are written once here and each wrapper's suite runs them on its own classes, beside the refusals
+only
 its framework's fields have."""
 
 from __future__ import annotations

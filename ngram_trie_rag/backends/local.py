@@ -2,7 +2,7 @@
 
 Tree drafts, exact per-step stats, answer stores, grammars. Calls on one model queue on
 its lock; async calls run start to finish on a worker of the generation pool
-(:mod:`ngram_trie_rag.threads`), so the event loop only waits.
+(:mod:`ngram_trie_rag.wrappers.threads`), so the event loop only waits.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import aclosing
 from typing import Any
 
+from ..decoding.stream import GenerationStream
 from ..generator import SpeculativeGenerator
-from ..stream import GenerationStream
-from ..threads import iterate_blocking, run_blocking
+from ..wrappers.threads import iterate_blocking, run_blocking
 from .types import Answer, Delta, Request
 
 

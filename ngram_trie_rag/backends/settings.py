@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..answer_scopes import SETTINGS as ANSWER_SETTINGS
 from ..serving.openai_http import DEFAULT_TIMEOUT_S
 from ..serving.server import DEFAULT_K
+from ..wrappers.answer_scopes import SETTINGS as ANSWER_SETTINGS
 from .protocol import Backend
 
 Place = Literal["local", "vllm", "vllm-server"]
@@ -107,7 +107,7 @@ def open_backend(settings: BackendSettings) -> Backend:
             if settings.tokenizer is not None or not isinstance(settings.model, str | None):
                 # a loaded model, or a tokenizer of its own: this wrapper's alone
                 return _own_generator(settings)
-            from ..shared import shared_generator
+            from ..wrappers.shared import shared_generator
 
             return shared_generator(settings.model, device=settings.device,
                                     dtype=settings.dtype, n=settings.n,
@@ -129,9 +129,9 @@ def open_backend(settings: BackendSettings) -> Backend:
         return VLLMBackend(OpenAIHTTPBackend(settings.base_url, settings.model,
                                              api_key=settings.api_key,
                                              timeout=settings.request_timeout))
-    from ..serving.vllm_local import shared_vllm_engine
+    from ..serving.vllm_local import shared_in_process_vllm
 
-    return VLLMBackend(shared_vllm_engine(
+    return VLLMBackend(shared_in_process_vllm(
         settings.model, num_speculative_tokens=settings.num_speculative_tokens,
         engine_args=settings.vllm_engine_args))
 

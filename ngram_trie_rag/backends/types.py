@@ -1,7 +1,7 @@
 """What goes into a backend and what comes out, whichever engine runs the call.
 
 A :class:`Request` is fixed when the call is made: the prompt, the documents to draft from
-and the checked :class:`~ngram_trie_rag.options.GenerationOptions`. A backend answers with
+and the checked :class:`~ngram_trie_rag.decoding.options.GenerationOptions`. A backend answers with
 :class:`Delta` s, text as it is verified, the last one carrying the finished
 :class:`Answer`. Framework wrappers translate their own types to a request and from an
 answer; nothing above this seam knows which engine ran.
@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..decoding.options import GenerationOptions
 from ..inputs import DraftDocument, Prompt
-from ..options import GenerationOptions
 
 if TYPE_CHECKING:
-    from ..tool_calls import ToolCall
+    from ..wrappers.tool_calls import ToolCall
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Answer:
 
     def parsed(self) -> Answer:
         """This answer with a tool reply's content and calls parsed from its text."""
-        from ..tool_calls import parse_reply  # with the grammar module, so torch: on use
+        from ..wrappers.tool_calls import parse_reply  # with the grammar module, so torch: on use
 
         content, calls = parse_reply(self.text)
         return replace(self, content=content, tool_calls=tuple(calls))

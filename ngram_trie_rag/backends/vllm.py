@@ -1,6 +1,6 @@
 """vLLM as a backend: its engine in this process, or a running OpenAI-compatible server.
 
-Both clients (:class:`~ngram_trie_rag.serving.vllm_local.VLLMEngine` and
+Both clients (:class:`~ngram_trie_rag.serving.vllm_local.InProcessVLLM` and
 :class:`~ngram_trie_rag.serving.openai_http.OpenAIHTTPBackend`) take a prompt, the documents
 (sent along, where the trie proposer in vLLM drafts from them) and sampling options, and
 yield their own deltas; this adapter turns them into the core's :class:`Delta` and
@@ -16,7 +16,7 @@ from contextlib import aclosing, closing
 from dataclasses import replace
 from typing import Any
 
-from ..options import LOCAL_ONLY
+from ..decoding.options import LOCAL_ONLY
 from ..validation import check_documents
 from .types import Answer, Delta, Request
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..repetition import check_repetition_stop
+from ..decoding.repetition import check_repetition_stop
 
 #: Every method the harness knows. ``vanilla`` is the reference for speed and exactness;
 #: ``plain`` is this library's engine with drafting off, so that a speed-up splits into

@@ -8,8 +8,8 @@ depend on the values) built straight on the device from configs written here, so
 weights are downloaded.
 
 Each point is one forward through the same path the generator takes where no fast path
-applies (:func:`~ngram_trie_rag.engine.forward.forward` with the stock layout), the mask
-built by :func:`~ngram_trie_rag.engine.tree_attention.tree_inputs` from a draft tree:
+applies (:func:`~ngram_trie_rag.engine.cpu.forward.forward` with the stock layout), the mask
+built by :func:`~ngram_trie_rag.engine.trees.tree_attention.tree_inputs` from a draft tree:
 ``chain`` (one path of K nodes) or ``tree`` (K nodes under random parents). After each
 forward the cache is cut back to the context, so every point sees the same past.
 Every shape runs once before any is timed (clocks ramp up, kernels get chosen); times
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..drafting.draft_tree import DraftTree
-from ..engine.latency import sync_device
+from ..engine.costs.latency import sync_device
 from .cost_shapes import CONTEXTS, DRAFT_SIZES, SHAPES
 
 
@@ -89,9 +89,9 @@ def measure(shape: str, *, device: torch.device, dtype: torch.dtype,
     """Every (context, kind, size) point of one model shape."""
     from transformers import DynamicCache
 
-    from ..engine.forward import forward
+    from ..engine.cpu.forward import forward
     from ..engine.kv_cache import cache_kwargs
-    from ..engine.tree_attention import tree_inputs
+    from ..engine.trees.tree_attention import tree_inputs
 
     model = random_model(shape, device, dtype)
     vocab = model.config.vocab_size

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..grammar import Grammar
+from ..decoding.grammar import Grammar
 
 CITED = {"type": "object",
          "properties": {"answer": {"type": "string"}, "quote": {"type": "string"}},

@@ -19,7 +19,7 @@ first forward, the prefill, is not a step):
 - ``plain`` / ``chain`` / ``trie``: the generator's ``stats.accept_lengths``.
 
 With a repetition stop (``repetition_stop=n``) this library's methods take the option;
-the Hugging Face ones stop through :class:`~ngram_trie_rag.stopping.RepetitionCriteria`
+the Hugging Face ones stop through :class:`~ngram_trie_rag.decoding.stopping.RepetitionCriteria`
 and their tokens (and per-step counts) are cut at the same point, so every method
 returns the same prefix of the greedy answer.
 """
@@ -34,11 +34,11 @@ import torch
 from transformers import DynamicCache, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from ..decoding.grammar import Grammar
+from ..decoding.repetition import cut_answer, trim_steps
+from ..decoding.stopping import RepetitionCriteria
 from ..engine.kv_cache import cache_kwargs
 from ..generator import SpeculativeGenerator
-from ..grammar import Grammar
-from ..repetition import cut_answer, trim_steps
-from ..stopping import RepetitionCriteria
 from .config import pinned_budget
 
 

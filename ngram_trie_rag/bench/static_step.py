@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from ..engine.costs.latency import sync_device
 from ..engine.kv_cache import cache_kwargs
-from ..engine.latency import sync_device
 from .cost_curve import draft_tree, median_ms, random_model
 
 SIZES = (0, 16, 32, 64)  # draft nodes K; 0 is the plain step

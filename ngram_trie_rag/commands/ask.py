@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..repetition import DEFAULT_N
+from ..decoding.repetition import DEFAULT_N
 from .arguments import add_model_flags, positive_int, repetition_window
 from .errors import first_line, run_guarded
 from .limits import add_limit_flags
@@ -167,7 +167,7 @@ class Session:
         from ..backends import LocalBackend
         from ..loading import model_source
         from ..retrieval import Embedder, load_or_build
-        from ..shared import shared_generator, shared_model
+        from ..wrappers.shared import shared_generator, shared_model
 
         self.args = args
         self._previous: list[str] = []  # the last prompt's passages, in prompt order
@@ -245,7 +245,7 @@ class Session:
     def _load_cross_encoder(self, name: str) -> Any:
         """The cross-encoder, loaded now: a missing model fails before any question."""
         from ..retrieval import CrossEncoderReranker
-        from ..shared import shared_model
+        from ..wrappers.shared import shared_model
 
         def load() -> Any:
             self.say(f"loading the cross-encoder {name} ...")
@@ -257,7 +257,7 @@ class Session:
 
     def answer(self, question: str) -> dict:
         from ..backends import Request
-        from ..options import options_from
+        from ..decoding.options import options_from
         from ..prompts import rag_request
 
         timings: dict[str, float] = {}

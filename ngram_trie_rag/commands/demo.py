@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..repetition import DEFAULT_N
+from ..decoding.repetition import DEFAULT_N
 from .arguments import add_model_flags, positive_int
 from .ask import add_repetition_flags
 

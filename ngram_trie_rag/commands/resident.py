@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..cache_paths import cache_dir
+from ..util.cache_paths import cache_dir
 
 KEEP_ALIVE_ENV = "NGRAM_TRIE_RAG_KEEP_ALIVE"
 DEFAULT_KEEP_ALIVE = 300.0  # seconds a worker waits for the next ask

@@ -4,7 +4,7 @@
 its lifetime (a second worker for the same key leaves at once), listens on ``SOCKET``
 before importing anything heavy, then runs each request's command line as the CLI would,
 printing to the client's own stdout and stderr; the models a request loads stay loaded
-for the next (the process's one cache, :mod:`ngram_trie_rag.shared`). It leaves after
+for the next (the process's one cache, :mod:`ngram_trie_rag.wrappers.shared`). It leaves after
 ``KEEP_ALIVE`` idle seconds, and at once when a client goes away mid-answer.
 """
 

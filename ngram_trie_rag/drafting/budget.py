@@ -15,7 +15,7 @@ the model's token after each accepted node, so every candidate -- verified or no
 is labelled after each step (accepted, rejected, or unknown when it lies below the
 last emitted token), and the table learns for all of them at no extra compute.
 
-``t`` is the model's latency curve (:mod:`ngram_trie_rag.engine.latency`), refined from the
+``t`` is the model's latency curve (:mod:`ngram_trie_rag.engine.costs.latency`), refined from the
 real steps' timings; :meth:`DraftBudget.refined` hands the refined sizes back, so that
 the next budget, and the next process, start from them.
 """

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..lazy import lazy_exports
+from ..util.lazy import lazy_exports
 
 _EXPORTS = {
     "KV": ".protocol",
@@ -21,12 +21,12 @@ _EXPORTS = {
     "StepInputs": ".protocol",
     "EagerEngine": ".eager",
     "engine_for": ".eager",
-    "LatencyCurve": ".latency",
+    "LatencyCurve": ".costs.latency",
 }
 
 if TYPE_CHECKING:
+    from .costs.latency import LatencyCurve
     from .eager import EagerEngine, engine_for
-    from .latency import LatencyCurve
     from .protocol import KV, Engine, EngineInfo, StepInputs
 
 __all__ = ["KV", "EagerEngine", "Engine", "EngineInfo", "LatencyCurve", "StepInputs",

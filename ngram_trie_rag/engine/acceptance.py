@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..decoding.sampling import SamplingParams, choose, probabilities
 from ..drafting.draft_tree import DraftTree
-from ..sampling import SamplingParams, choose, probabilities
 from .protocol import StepInputs
-from .tree_buckets import PaddedTree, pad_tree
+from .trees.tree_buckets import PaddedTree, pad_tree
 
 
 def row_choices(logits: torch.Tensor, params: SamplingParams,

@@ -18,33 +18,33 @@ from collections.abc import Sequence
 import torch
 
 from ..drafting.draft_tree import DraftTree
-from . import gqa_attention, linear_layout, llama_step
 from .acceptance import accept_step
-from .attention_windows import AttentionWindows, attention_windows
-from .curve_cache import CurveVerbs, ModelCurve
-from .forward import forward
+from .costs.curve_cache import CurveVerbs, ModelCurve
+from .costs.latency import LatencyCurve
+from .cpu import gqa_attention, linear_layout, llama_step
+from .cpu.forward import forward
+from .cpu.thread_governor import ThreadGovernor, free_cores, intra_op_threads
 from .kv_cache import cache_kwargs, compact, new_cache
-from .latency import LatencyCurve
+from .models.attention_windows import AttentionWindows, attention_windows
+from .models.rope_limits import UNLIMITED, rope_limit
+from .models.support import check_supported
 from .prefix_reuse import PrefixKeeper
 from .protocol import KV, EngineInfo, StepInputs
-from .rope_limits import UNLIMITED, rope_limit
-from .support import check_supported
-from .thread_governor import ThreadGovernor, free_cores, intra_op_threads
-from .tree_attention import tree_inputs
+from .trees.tree_attention import tree_inputs
 
 
 class EagerEngine(CurveVerbs):
     """Forwards of one model over a buffered cache, shared by every generator over it.
 
     Building one sets the model up for the variants it may run (idempotent, see
-    :func:`~ngram_trie_rag.engine.gqa_attention.install` and
-    :func:`~ngram_trie_rag.engine.linear_layout.install`); nothing happens on import.
+    :func:`~ngram_trie_rag.engine.cpu.gqa_attention.install` and
+    :func:`~ngram_trie_rag.engine.cpu.linear_layout.install`); nothing happens on import.
     ``lock``: the model's generation lock, held while the latency curve is probed.
     ``direct_step=False`` runs the modules even where the Llama step applies, and
     ``curve`` pins the latency curve (tests of each variant): it is then used as given,
     never looked up, probed or refined.
     A model whose cache cannot take a tree (recurrent, encoder-decoder) raises
-    ValueError here (see :mod:`~ngram_trie_rag.engine.support`).
+    ValueError here (see :mod:`~ngram_trie_rag.engine.models.support`).
     """
 
     def __init__(self, model: torch.nn.Module, lock: threading.Lock | None = None, *,
@@ -87,7 +87,7 @@ class EagerEngine(CurveVerbs):
     def depth_room(self, past_len: int) -> int:
         """The deepest draft a step at ``past_len`` cached tokens verifies exactly:
         unlimited except where the RoPE frequencies follow the sequence length
-        (see :mod:`~ngram_trie_rag.engine.rope_limits`)."""
+        (see :mod:`~ngram_trie_rag.engine.models.rope_limits`)."""
         return UNLIMITED if self._rope_limit is None else self._rope_limit.depth(past_len)
 
     def reuse_prefixes(self, enabled: bool) -> None:
@@ -160,7 +160,7 @@ class EagerEngine(CurveVerbs):
 
     def _threads(self, probe: bool = True) -> int | None:
         """The intra-op threads of the next forward on a CPU (see
-        :mod:`~ngram_trie_rag.engine.thread_governor`); ``None`` on other devices.
+        :mod:`~ngram_trie_rag.engine.cpu.thread_governor`); ``None`` on other devices.
         ``probe=False``: the current count, never a probe (a prefill, which is not
         timed). The governor starts over when the process's own count changes."""
         if self.model.device.type != "cpu":

@@ -70,7 +70,7 @@ def new_cache() -> DynamicCache:
     Models with sliding-window or chunked layers still get full layers here, where
     ``generate`` uses ``DynamicSlidingWindowLayer`` (the last ``window - 1`` keys): the
     window is applied by position in the attention mask instead (see
-    :mod:`~ngram_trie_rag.engine.attention_windows`), which gives the same attention
+    :mod:`~ngram_trie_rag.engine.models.attention_windows`), which gives the same attention
     and keeps compaction uniform.
     """
     cache = DynamicCache()

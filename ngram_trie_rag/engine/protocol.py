@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
+    from ..decoding.sampling import SamplingParams
     from ..drafting.draft_tree import DraftTree
-    from ..sampling import SamplingParams
-    from .device_accept import DeviceTree
-    from .latency import LatencyCurve
+    from .acceptance import DeviceTree
+    from .costs.latency import LatencyCurve
 
 Layout = Literal["stock", "transposed", "prepacked"]  # a linear layer's product (linear_layout)
 

@@ -8,8 +8,9 @@ CUDA graph on a GPU:
 - the KV cache is a Transformers :class:`~transformers.StaticCache`: one buffer per layer
   of ``capacity`` positions, allocated once and never moved. Every forward attends over
   the whole buffer; the attention mask hides the positions past the committed sequence.
-- a draft tree is padded up to a fixed node count (:mod:`~ngram_trie_rag.engine.tree_buckets`),
-  so a handful of shapes (the plain step, and one per bucket) cover every step.
+- a draft tree is padded up to a fixed node count
+  (:mod:`~ngram_trie_rag.engine.trees.tree_buckets`), so a handful of shapes (the plain
+  step, and one per bucket) cover every step.
 
 With ``uniform=U`` every decode step, a plain one included, is padded to ``U`` nodes:
 one shape for the whole answer. A row's logits then come from the same kernels whatever
@@ -25,7 +26,7 @@ With ``compiled=True`` the step's forward goes through
 one graph per shape (tree bucket and cache size). Prefill always runs eagerly. By
 default (``background=True``) compiling never holds an answer: a request whose cache
 size has shapes not yet compiled runs its steps eagerly, and asks a background thread
-(:mod:`~ngram_trie_rag.engine.background_compile`) to compile all of them on scratch
+(:mod:`~ngram_trie_rag.engine.compiling.background_compile`) to compile all of them on scratch
 inputs; requests that start once they are ready run compiled. A request runs wholly
 eager or wholly compiled, never a mix, so its answer does not depend on when a compile
 finished (in fp32 both give ``generate``'s tokens; in bf16 they may part at a near-tie).
@@ -46,7 +47,7 @@ Sliding and chunked windows (Mistral, Qwen2's windowed layers, Phi-3, Gemma 2 an
 every layer keeps the whole sequence in a full-length buffer, so a row's column is its
 position in every layer and compaction is the same for all; each layer type gets its own
 mask over that buffer, its window applied by position on the device (a draft node's
-window ends at its own position, as in :mod:`~ngram_trie_rag.engine.tree_attention`).
+window ends at its own position, as in :mod:`~ngram_trie_rag.engine.trees.tree_attention`).
 A sliding layer thus holds more keys than ``generate``'s ring buffer, and attends to the
 same ones.
 
@@ -72,20 +73,20 @@ import numpy as np
 import torch
 
 from ..drafting.draft_tree import DraftTree
-from . import gqa_attention, linear_layout
 from .acceptance import DeviceTree, accept_step
-from .attention_windows import FULL, attention_windows
-from .background_compile import BackgroundCompiler
-from .cudagraph_threads import cudagraph_trees_for_this_thread
-from .curve_cache import CurveVerbs, ModelCurve
+from .compiling.background_compile import BackgroundCompiler
+from .compiling.cudagraph_threads import cudagraph_trees_for_this_thread
+from .costs.curve_cache import CurveVerbs, ModelCurve
+from .costs.latency import LatencyCurve, sync_device
+from .cpu import gqa_attention, linear_layout
+from .cpu.transposed_rows import TransposedRows, faster_transposed
 from .kv_cache import cache_kwargs
-from .latency import LatencyCurve, sync_device
+from .models.attention_windows import FULL, attention_windows
+from .models.rope_limits import UNLIMITED, rope_limit
+from .models.support import check_supported
 from .protocol import KV, EngineInfo, StepInputs
-from .rope_limits import UNLIMITED, rope_limit
-from .staging import Staging
-from .support import check_supported
-from .transposed_rows import TransposedRows, faster_transposed
-from .tree_buckets import BUCKETS, bucket_for, pad_tree
+from .trees.staging import Staging
+from .trees.tree_buckets import BUCKETS, bucket_for, pad_tree
 
 DEFAULT_MAX_NEW_TOKENS = 1024
 CAPACITY_STEP = 256  # cache sizes are rounded up to a multiple of this
@@ -113,9 +114,9 @@ class StaticEngine(CurveVerbs):
     they cost here; each generator's draft budget still learns from the steps it
     runs). A compiled step runs the linear layers of the step sizes in
     ``transposed_rows`` (rows: 1 for the plain step, 1 + bucket for a tree) in
-    the transposed layout (:mod:`~ngram_trie_rag.engine.transposed_rows`); None: the
+    the transposed layout (:mod:`~ngram_trie_rag.engine.cpu.transposed_rows`); None: the
     sizes where that measures faster here, timed once a compile is first asked for. On a CPU,
-    grouped-query attention runs packed (:mod:`~ngram_trie_rag.engine.gqa_attention`):
+    grouped-query attention runs packed (:mod:`~ngram_trie_rag.engine.cpu.gqa_attention`):
     the step passes a keyword that only its own forwards carry. ``background``: compile
     shapes on a background thread while requests run eagerly (see the module's notes).
     """

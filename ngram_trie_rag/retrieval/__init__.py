@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..lazy import lazy_exports
+from ..util.lazy import lazy_exports
 
 _EXPORTS = {
     "Passage": ".passage",

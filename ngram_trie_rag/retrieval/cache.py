@@ -28,7 +28,7 @@ PathLike = str | os.PathLike
 
 def default_cache_dir() -> Path:
     """``<user cache>/ngram-trie-rag/indexes`` (``$NGRAM_TRIE_RAG_CACHE`` overrides)."""
-    from ngram_trie_rag.cache_paths import cache_dir
+    from ngram_trie_rag.util.cache_paths import cache_dir
 
     return cache_dir() / "indexes"
 

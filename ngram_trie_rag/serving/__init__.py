@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..lazy import lazy_exports
+from ..util.lazy import lazy_exports
 
 _EXPORTS = {
     "RequestDrafters": ".request_drafters",
@@ -16,14 +16,14 @@ _EXPORTS = {
     "Delta": ".openai_http",
     "OpenAIHTTPBackend": ".openai_http",
     "ServerError": ".openai_http",
-    "VLLMEngine": ".vllm_local",
-    "shared_vllm_engine": ".vllm_local",
+    "InProcessVLLM": ".vllm_local",
+    "shared_in_process_vllm": ".vllm_local",
 }
 
 if TYPE_CHECKING:
     from .openai_http import Delta, OpenAIHTTPBackend, ServerError
     from .request_drafters import RequestDrafters
-    from .vllm_local import VLLMEngine, shared_vllm_engine
+    from .vllm_local import InProcessVLLM, shared_in_process_vllm
     from .vllm_proposer import DOCUMENTS
 
 __all__ = [
@@ -32,8 +32,8 @@ __all__ = [
     "OpenAIHTTPBackend",
     "RequestDrafters",
     "ServerError",
-    "VLLMEngine",
-    "shared_vllm_engine",
+    "InProcessVLLM",
+    "shared_in_process_vllm",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -9,7 +9,7 @@ Standard library only (urllib, plus a few lines of server-sent-event parsing): t
 endpoints used here do not justify an HTTP or OpenAI client dependency in the core package.
 Chat messages go to ``/chat/completions`` (the server applies the chat template), a string
 prompt to ``/completions`` (tokenised as-is). Async calls run the blocking client on the
-generation pool (:mod:`ngram_trie_rag.threads`), one worker per call, so concurrent calls
+generation pool (:mod:`ngram_trie_rag.wrappers.threads`), one worker per call, so concurrent calls
 reach the server concurrently and vLLM batches them.
 
 What a call yields is a stream of :class:`Delta`: text deltas, then one last delta with the
@@ -33,8 +33,8 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..options import GenerationOptions
-from ..threads import iterate_blocking, run_blocking
+from ..decoding.options import GenerationOptions
+from ..wrappers.threads import iterate_blocking, run_blocking
 from .structured_outputs import structured_outputs
 from .vllm_proposer import DOCUMENTS
 

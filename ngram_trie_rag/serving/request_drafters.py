@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..drafting import DraftConfig, Drafter
-from .draft_length import token_class
+from ..drafting.batch_budget import token_class
 
 
 @dataclass
@@ -68,8 +68,9 @@ class RequestDrafters:
     def propose_classed(self, req_id: str, tokens: Sequence[int], num_prompt: int,
                         documents: Sequence[Sequence[int]] | None,
                         k: int) -> tuple[list[int], list[int]]:
-        """:meth:`propose`, with each draft token's :func:`~ngram_trie_rag.serving.
-        draft_length.token_class` (how sure the trie was of it) for the length policy."""
+        """:meth:`propose`, with each draft token's
+        :func:`~ngram_trie_rag.drafting.batch_budget.token_class` (how sure the trie was of
+        it) for the length policy."""
         if k < 1:
             return [], []
         entry = self._entries.get(req_id)

@@ -1,4 +1,4 @@
-"""A :class:`~ngram_trie_rag.grammar.Grammar` as vLLM's structured-outputs request.
+"""A :class:`~ngram_trie_rag.decoding.grammar.Grammar` as vLLM's structured-outputs request.
 
 vLLM constrains decoding itself (``SamplingParams.structured_outputs``, or the OpenAI
 server's ``structured_outputs`` body field): its scheduler masks the target model's
@@ -9,7 +9,7 @@ local engine uses (so a grammar that compiles here compiles there), writing JSON
 free whitespace, as the local engine does (vLLM reads that setting per engine, not per
 request; left free, a small model pads objects with blank lines and indentation).
 
->>> from ngram_trie_rag.grammar import Grammar
+>>> from ngram_trie_rag.decoding.grammar import Grammar
 >>> structured_outputs(Grammar.regex("[0-9]+"))
 {'regex': '[0-9]+'}
 >>> structured_outputs(Grammar.json())
@@ -22,7 +22,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..grammar import Grammar
+    from ..decoding.grammar import Grammar
 
 
 ENGINE_CONFIG = {"backend": "xgrammar", "disable_any_whitespace": True}

@@ -4,7 +4,7 @@ Why this shape: ``vllm.v1.engine.async_llm.AsyncLLM`` batches every request it h
 (continuous batching), but it is bound to the event loop it was created on (its output
 handler is a task there, its sockets belong to it), while calls arrive from many threads
 (LangChain's ``batch``, sync ``invoke``) and from the callers' own event loops. So each
-:class:`VLLMEngine` owns one event loop on a daemon thread, creates the AsyncLLM there, and
+:class:`InProcessVLLM` owns one event loop on a daemon thread, creates the AsyncLLM there, and
 every call is a coroutine submitted to that loop. Deltas travel back through a queue: a
 thread-safe one for blocking callers, an ``asyncio.Queue`` fed with
 ``call_soon_threadsafe`` for async callers. Nothing is serialised behind a lock: requests
@@ -17,7 +17,7 @@ encodes them (:func:`ngram_trie_rag.inputs.encode_prompt`: chat messages through
 tokenizer's chat template, a string as-is) and handed to vLLM as token ids.
 
 Engines are shared per (model, draft length, engine arguments), like local generators
-(:func:`shared_vllm_engine`), started on first use, and shut down by :meth:`VLLMEngine.close`
+(:func:`shared_in_process_vllm`), started on first use, and shut down by :meth:`InProcessVLLM.close`
 or at interpreter exit.
 vLLM starts engine processes of its own, with ``spawn`` on a CPU (which re-imports the main
 script): a script whose first call to the model runs at top level must put it under
@@ -41,10 +41,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..decoding.options import GenerationOptions
 from ..inputs import encode_prompt
-from ..optional import require
-from ..options import GenerationOptions
-from ..threads import run_blocking
+from ..util.optional import require
+from ..wrappers.threads import run_blocking
 from .openai_http import Delta, Prompt, finish_reason
 from .server import DEFAULT_K, speculative_config
 from .structured_outputs import ENGINE_CONFIG, structured_outputs
@@ -103,7 +103,7 @@ def sampling_params(options: GenerationOptions, documents: Sequence[str] | None)
                             StructuredOutputsParams(**structured_outputs(options.grammar))))
 
 
-class VLLMEngine:
+class InProcessVLLM:
     """An in-process ``AsyncLLM`` with the trie proposer, behind a private event loop.
 
     ``stream`` / ``complete`` block the calling thread; ``astream`` / ``acomplete`` await
@@ -112,7 +112,7 @@ class VLLMEngine:
 
     Example::
 
-        engine = shared_vllm_engine("path/to/hf-folder", engine_args={"dtype": "float32"})
+        engine = shared_in_process_vllm("path/to/hf-folder", engine_args={"dtype": "float32"})
         deltas = engine.stream([{"role": "user", "content": "Where was Socrates born?"}],
                                documents=["Socrates was born in Alopece."])
         print("".join(d.text for d in deltas))
@@ -130,7 +130,7 @@ class VLLMEngine:
         self._llm: Any = None
 
     # ---- lifetime ----------------------------------------------------------------------------
-    def start(self) -> VLLMEngine:
+    def start(self) -> InProcessVLLM:
         """Start the loop thread and the engine (slow once: loads the model); idempotent."""
         with self._start_lock:
             if self._llm is not None:
@@ -307,12 +307,12 @@ def join(deltas: Iterator[Delta] | Sequence[Delta]) -> Delta:
 
 
 # ---- one engine per settings, process-wide --------------------------------------------------
-_ENGINES: dict[str, VLLMEngine] = {}
+_ENGINES: dict[str, InProcessVLLM] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def shared_vllm_engine(model: str | None = None, *, num_speculative_tokens: int = DEFAULT_K,
-                       engine_args: Mapping[str, Any] | None = None) -> VLLMEngine:
+def shared_in_process_vllm(model: str | None = None, *, num_speculative_tokens: int = DEFAULT_K,
+                       engine_args: Mapping[str, Any] | None = None) -> InProcessVLLM:
     """The process-wide engine for these settings (not started until first used).
 
     Args:
@@ -330,7 +330,7 @@ def shared_vllm_engine(model: str | None = None, *, num_speculative_tokens: int 
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
         if engine is None:
-            engine = _ENGINES[key] = VLLMEngine(
+            engine = _ENGINES[key] = InProcessVLLM(
                 model, num_speculative_tokens=num_speculative_tokens, engine_args=engine_args)
         return engine
 

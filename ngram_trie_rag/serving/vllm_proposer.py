@@ -15,7 +15,7 @@ RequestDrafters`), built from that request's documents (its prompt when it has n
 learning its generated tokens, dropped as soon as the request leaves the batch
 (finished, aborted or preempted). vLLM verifies chains: each row gets the trie's best
 path, at most ``k`` tokens, cut to what pays for its verification at the current batch
-size (:mod:`~ngram_trie_rag.serving.draft_length`). Greedy output is vLLM's own, token
+size (:mod:`~ngram_trie_rag.drafting.batch_budget`). Greedy output is vLLM's own, token
 for token.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..drafting import DraftConfig
-from .draft_length import DraftLengths
+from ..drafting.batch_budget import DraftLengths
 from .request_drafters import RequestDrafters
 
 DOCUMENTS = "ngram_trie_documents"  # the SamplingParams.extra_args key
@@ -84,7 +84,7 @@ class TrieProposer:
         """Draft tokens per batch row; ``[]`` for rows still in prefill or at the end.
 
         Each row's candidate is its trie's best path (at most ``k`` tokens); the
-        :class:`~ngram_trie_rag.serving.draft_length.DraftLengths` policy then keeps of
+        :class:`~ngram_trie_rag.drafting.batch_budget.DraftLengths` policy then keeps of
         each only the tokens whose expected gain pays for their verification at this
         batch size, from the step times and acceptances it has seen."""
         started = time.perf_counter()

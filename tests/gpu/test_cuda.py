@@ -35,11 +35,11 @@ from model_families import (
 )
 
 from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.decoding.sampling import SamplingParams
 from ngram_trie_rag.drafting.draft_tree import DraftTree
 from ngram_trie_rag.engine import acceptance
 from ngram_trie_rag.engine.acceptance import host_walk as accept
 from ngram_trie_rag.reference import greedy_reference
-from ngram_trie_rag.sampling import SamplingParams
 
 pytestmark = pytest.mark.gpu
 

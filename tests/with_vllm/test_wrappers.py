@@ -345,7 +345,7 @@ def engine_llm(vllm_server: Any) -> Iterator[NGramTrieLLM]:
     llm = NGramTrieLLM(backend="vllm", model=vllm_server.model_dir, max_tokens=TOKENS,
                        vllm_engine_args=ENGINE_ARGS)
     yield llm
-    llm.engine.client.close()
+    llm.active_backend.client.close()
 
 
 BATCH = [*QUESTIONS[:3], "When did the lighthouse keeper climb the stairs?"]
@@ -359,7 +359,7 @@ async def test_in_process_abatch_is_one_batch_equal_to_each_alone_and_the_server
         engine_llm, vllm_server):
     prompts = [rag_prompt(q) for q in BATCH]
     docs = [[PASSAGES[ranked(q)[0]]] for q in BATCH]
-    engine = engine_llm.engine.client.start()
+    engine = engine_llm.active_backend.client.start()
     # One request at a time: the reference, and a check that answers depend on the prompt.
     alone = [engine_llm.invoke(p, documents=d) for p, d in zip(prompts, docs, strict=True)]
     assert all(alone) and len(set(alone)) == len(alone)
@@ -389,7 +389,8 @@ async def test_in_process_abatch_is_one_batch_equal_to_each_alone_and_the_server
 def test_in_process_chat_reports_acceptance_and_matches_the_server(engine_llm, vllm_server):
     chat = ChatNGramTrie(backend="vllm", model=vllm_server.model_dir, max_tokens=TOKENS,
                          vllm_engine_args=ENGINE_ARGS)
-    assert chat.engine.client is engine_llm.engine.client  # same settings, one shared engine
+    # same settings, one shared engine
+    assert chat.active_backend.client is engine_llm.active_backend.client
     question = [SystemMessage("Repeat the passage word for word."),
                 HumanMessage(PASSAGES["lighthouse"])]
     copied = chat.invoke(question, documents=[PASSAGES["lighthouse"]])
@@ -409,7 +410,7 @@ def test_in_process_chat_reports_acceptance_and_matches_the_server(engine_llm, v
 async def test_in_process_llama_index_shares_the_engine(engine_llm, vllm_server):
     llm = LlamaNGramTrieLLM(backend="vllm", model_path=vllm_server.model_dir,
                             max_new_tokens=TOKENS, vllm_engine_args=ENGINE_ARGS)
-    assert llm.engine.client is engine_llm.engine.client  # the one shared engine
+    assert llm.active_backend.client is engine_llm.active_backend.client  # the one shared engine
     assert llm.metadata.context_window == 4096 and llm.metadata.is_chat_model
     prompt = QUESTIONS[1] + "\n\n" + PASSAGES["hamlet"]
     response = await llm.acomplete(prompt, documents=[PASSAGES["hamlet"]])
@@ -445,7 +446,7 @@ def test_structured_output_and_tool_calls_on_vllm(vllm_server, engine_llm):
                            max_tokens=LONG)
     local = ChatNGramTrie(backend="vllm", model=vllm_server.model_dir, max_tokens=LONG,
                           vllm_engine_args=ENGINE_ARGS)
-    assert local.engine.client is engine_llm.engine.client
+    assert local.active_backend.client is engine_llm.active_backend.client
     answers = [chat.with_structured_output(Cited, include_raw=True).invoke(CITED_QUESTION)
                for chat in (server, local)]
     for out in answers:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ngram_trie_rag.backends import Request
-from ngram_trie_rag.grammar import Grammar
-from ngram_trie_rag.wrapper import OPTION_FIELDS
+from ngram_trie_rag.decoding.grammar import Grammar
+from ngram_trie_rag.wrappers.settings import OPTION_FIELDS
 
 from .documents import DraftDocuments, choose_documents
 from .registry import document_registry
@@ -68,7 +68,7 @@ def make_call(model: NGramTrieSettings, prompt: Any, stop: list[str] | None,
     draft = choose_documents(explicit, found.retrieved if use_retrieved else None)
     # Only an engine that drafts here keeps answers: elsewhere the scope is never read.
     scope = (call_scope(found.scope_names, draft.retriever_scopes)
-             if model.engine.drafts_locally else None)
+             if model.active_backend.drafts_locally else None)
     options, reported = model.with_answer_store(options, scope)
     return Call(Request(prompt, draft.texts, options, tool_reply),
                 replace(draft, answer_scope=reported))

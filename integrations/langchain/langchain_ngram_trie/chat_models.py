@@ -163,13 +163,13 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
                   run_manager: CallbackManagerForLLMRun | None = None,
                   **kwargs: Any) -> ChatResult:
         call = self._chat_call(messages, stop, run_manager, kwargs)
-        return self._result(self.engine.complete(call.request), call)
+        return self._result(self.active_backend.complete(call.request), call)
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
         call = self._chat_call(messages, stop, run_manager, kwargs)
-        return self._result(await self.engine.acomplete(call.request), call)
+        return self._result(await self.active_backend.acomplete(call.request), call)
 
     # ---- streams ----------------------------------------------------------------------------
     @staticmethod
@@ -199,7 +199,7 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
                 run_manager: CallbackManagerForLLMRun | None = None,
                 **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         call = self._chat_call(messages, stop, run_manager, kwargs)
-        with closing(self.engine.stream(call.request)) as deltas:  # leaving early frees it
+        with closing(self.active_backend.stream(call.request)) as deltas:  # leaving early frees it
             for delta in deltas:
                 yield from self._chunks(delta, call)
 
@@ -207,7 +207,7 @@ class ChatNGramTrie(NGramTrieSettings, BaseChatModel):
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
         call = self._chat_call(messages, stop, run_manager, kwargs)
-        async with aclosing(await self.engine.astream(call.request)) as deltas:
+        async with aclosing(await self.active_backend.astream(call.request)) as deltas:
             async for delta in deltas:
                 for chunk in self._chunks(delta, call):
                     yield chunk

@@ -106,14 +106,14 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
                   run_manager: CallbackManagerForLLMRun | None = None,
                   **kwargs: Any) -> LLMResult:
         calls = self._calls(prompts, stop, run_manager, kwargs)
-        return self._result([self.engine.complete(c.request) for c in calls], calls)
+        return self._result([self.active_backend.complete(c.request) for c in calls], calls)
 
     async def _agenerate(self, prompts: list[str], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> LLMResult:
         calls = self._calls(prompts, stop, run_manager, kwargs)
         # All at once: vLLM batches them; the local engine takes them in turn.
-        answers = await asyncio.gather(*(self.engine.acomplete(c.request) for c in calls))
+        answers = await asyncio.gather(*(self.active_backend.acomplete(c.request) for c in calls))
         return self._result(list(answers), calls)
 
     # ---- streams ----------------------------------------------------------------------------
@@ -132,7 +132,7 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
                 run_manager: CallbackManagerForLLMRun | None = None,
                 **kwargs: Any) -> Iterator[GenerationChunk]:
         call = make_call(self, prompt, stop, kwargs, call_run_ids(run_manager))
-        with closing(self.engine.stream(call.request)) as deltas:  # leaving early frees it
+        with closing(self.active_backend.stream(call.request)) as deltas:  # leaving early frees it
             for delta in deltas:
                 for chunk in self._chunks(delta, call):
                     if run_manager is not None and chunk.text:
@@ -143,7 +143,7 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[GenerationChunk]:
         call = make_call(self, prompt, stop, kwargs, call_run_ids(run_manager))
-        async with aclosing(await self.engine.astream(call.request)) as deltas:
+        async with aclosing(await self.active_backend.astream(call.request)) as deltas:
             async for delta in deltas:
                 for chunk in self._chunks(delta, call):
                     if run_manager is not None and chunk.text:

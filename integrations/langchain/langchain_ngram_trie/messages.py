@@ -5,7 +5,7 @@ dropped silently (an answer about a picture the model never saw would be worse t
 error). A message's ``name`` is ignored, as most chat templates have no place for it.
 
 Tool turns are written the way the model writes and reads them under a tool-call grammar
-(:mod:`ngram_trie_rag.tool_calls`): an AI message's calls as the JSON reply it produced
+(:mod:`ngram_trie_rag.wrappers.tool_calls`): an AI message's calls as the JSON reply it produced
 (``{"tool_calls": [{"name", "arguments"}]}``, its text, if any, under ``"content"``), and a
 tool result as a ``tool`` turn naming the tool and the call it answers, so a conversation
 with earlier calls reads the same whichever model made them.

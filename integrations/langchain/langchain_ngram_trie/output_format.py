@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ngram_trie_rag.grammar import Grammar
-from ngram_trie_rag.tool_calls import ToolSpec, tool_call_grammar, tools_system_prompt
+from ngram_trie_rag.decoding.grammar import Grammar
+from ngram_trie_rag.wrappers.tool_calls import ToolSpec, tool_call_grammar, tools_system_prompt
 
 from .tools import tool_choice_name, tool_specs
 

@@ -27,7 +27,7 @@ from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
 from langchain_core.documents import Document
 from langchain_core.runnables import ensure_config
 from langchain_core.tracers.context import register_configure_hook
-from ngram_trie_rag.answer_scopes import SCOPE_KEY
+from ngram_trie_rag.wrappers.answer_scopes import SCOPE_KEY
 
 from .retrieved import Found, RunStore
 from .scopes import LS_KEYS

@@ -31,7 +31,7 @@ from typing import Any
 from uuid import UUID
 
 from langchain_core.documents import Document
-from ngram_trie_rag.answer_scopes import SCOPE_KEY
+from ngram_trie_rag.wrappers.answer_scopes import SCOPE_KEY
 
 RetrieverInfo = tuple[str | None, dict[str, Any]]  # (run name, scope name and ls_* metadata)
 

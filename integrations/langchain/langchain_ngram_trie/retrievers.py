@@ -22,7 +22,7 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
-from ngram_trie_rag.answer_scopes import SCOPE_KEY, object_scope
+from ngram_trie_rag.wrappers.answer_scopes import SCOPE_KEY, object_scope
 from pydantic import ConfigDict, Field
 
 # Names a wrapped retriever may use for "how many passages to return".

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ngram_trie_rag.answer_scopes import SCOPE_KEY, joined_scope, scope_name
+from ngram_trie_rag.wrappers.answer_scopes import SCOPE_KEY, joined_scope, scope_name
 
 # LangChain's descriptors of a retriever, in the metadata of its callbacks.
 LS_KEYS = ("ls_retriever_name", "ls_vector_store_provider", "ls_embedding_provider",

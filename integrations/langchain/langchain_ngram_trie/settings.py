@@ -1,7 +1,7 @@
 """Settings shared by the chat model and the string LLM.
 
 Where calls run, the trie's shape, the per-call option defaults and the answer settings are
-the core's :class:`~ngram_trie_rag.wrapper.WrapperSettings`, checked once at construction.
+the core's :class:`~ngram_trie_rag.wrappers.settings.WrapperSettings`, checked once at construction.
 What LangChain names its own way is here: ``max_tokens`` for the token budget, ``model``
 (a name to load, or a loaded model; ``model_id`` is the same setting, as
 langchain-huggingface spells it), ``device_map``, ``api_key`` as a ``SecretStr`` (and
@@ -22,8 +22,7 @@ from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.backends import BackendSettings
 from ngram_trie_rag.loading import DEFAULT_MODEL_NAME
 from ngram_trie_rag.validation import not_bool
-from ngram_trie_rag.wrapper import WrapperSettings
-from ngram_trie_rag.wrapper_models import (
+from ngram_trie_rag.wrappers.models import (
     check_loading,
     is_loaded,
     loaded_name,
@@ -32,6 +31,7 @@ from ngram_trie_rag.wrapper_models import (
     shown,
     without_secrets,
 )
+from ngram_trie_rag.wrappers.settings import WrapperSettings
 from pydantic import Field, SecretStr, field_serializer, field_validator, model_validator
 
 from .registry import install

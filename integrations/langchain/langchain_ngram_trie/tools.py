@@ -14,8 +14,8 @@ from typing import Any
 
 from langchain_core.messages import ToolCall, ToolCallChunk
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from ngram_trie_rag.tool_calls import ToolCall as CoreToolCall
-from ngram_trie_rag.tool_calls import ToolSpec
+from ngram_trie_rag.wrappers.tool_calls import ToolCall as CoreToolCall
+from ngram_trie_rag.wrappers.tool_calls import ToolSpec
 
 
 def tool_specs(tools: Sequence[Any]) -> list[ToolSpec]:

@@ -24,8 +24,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 from ngram_trie_rag import shared_generator  # noqa: E402
-from ngram_trie_rag.cache_paths import data_dir  # noqa: E402
 from ngram_trie_rag.reference import greedy_reference  # noqa: E402
+from ngram_trie_rag.util.cache_paths import data_dir  # noqa: E402
 
 # the core tests' hub cache (tests/hub_cache.py): loading by hub id, offline
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))

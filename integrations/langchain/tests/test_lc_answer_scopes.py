@@ -12,7 +12,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.runnables import RunnablePassthrough
 from ngram_trie_rag import AnswerStore
-from ngram_trie_rag.answer_scopes import SCOPE_KEY
+from ngram_trie_rag.wrappers.answer_scopes import SCOPE_KEY
 
 from langchain_ngram_trie import (
     ChatNGramTrie,

@@ -15,7 +15,8 @@ from langchain_ngram_trie import ChatNGramTrie
 # fast. Tools, structured output and JSON mode run under a grammar; media inputs are off
 # (the model reads text only). A structured answer that loops (the joke tests: SmolLM2-135M
 # repeats "the cat was a cat, ..." inside the setup string) is stopped by the default
-# repetition stop or the budget and closed so that it parses (ngram_trie_rag.grammar_closing).
+# repetition stop or the budget and closed so that it parses
+# (ngram_trie_rag.decoding.grammar_closing).
 MAX_TOKENS = 96
 
 

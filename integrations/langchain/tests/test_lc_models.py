@@ -34,7 +34,7 @@ def test_a_loaded_model_answers_as_the_same_model_by_folder(cls, loaded_model,
     expected = text(by_folder.invoke(QUESTION, documents=[FACT]))
     assert expected
     assert text(by_object.invoke(QUESTION, documents=[FACT])) == expected
-    assert by_object.engine.generator.model is model  # run as given, not reloaded
+    assert by_object.active_backend.generator.model is model  # run as given, not reloaded
     # The tokenizer by name: loaded from it.
     by_name = cls(model=model, tokenizer=model_folder, max_tokens=8)
     assert text(by_name.invoke(QUESTION, documents=[FACT])) == expected
@@ -56,7 +56,7 @@ def test_the_loaded_models_name_is_traced_and_dumped(loaded_model, model_folder)
     # A model loaded by name with a tokenizer of the caller's: both used.
     named = ChatNGramTrie(model=model_folder, tokenizer=tokenizer, max_tokens=8)
     assert named.invoke([HumanMessage(QUESTION)]).content == message.content
-    assert named.engine.generator.tokenizer is tokenizer
+    assert named.active_backend.generator.tokenizer is tokenizer
     # A name is reported as given, and no model means the packaged default.
     assert ChatNGramTrie(model="org/some-model")._identifying_params["model"] == "org/some-model"
     assert ChatNGramTrie().model_label == "SmolLM2-135M-Instruct"
@@ -138,4 +138,4 @@ def test_a_hub_id_loads_through_the_hub_cache(offline_hub, model_folder) -> None
                                                                 documents=[FACT])
     assert message.content == expected.content
     assert by_id.model_label == message.response_metadata["model_name"] == hub_id
-    assert by_id.engine.generator.model.config._name_or_path == hub_id
+    assert by_id.active_backend.generator.model.config._name_or_path == hub_id

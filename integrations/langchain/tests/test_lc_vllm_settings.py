@@ -17,7 +17,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from ngram_trie_rag.backends import VLLMBackend
-from ngram_trie_rag.options import GenerationOptions
+from ngram_trie_rag.decoding.options import GenerationOptions
 from ngram_trie_rag.serving.openai_http import Delta
 
 from langchain_ngram_trie import ChatNGramTrie, NGramTrieLLM
@@ -133,8 +133,9 @@ def test_a_chat_call_reaches_vllm_as_its_options_documents_and_messages() -> Non
     speculative = message.response_metadata.pop("speculative")
     assert message.response_metadata == {"model_name": "served-model",
                                          "finish_reason": "eos"}
-    [described] = speculative.pop("documents")
-    assert described["preview"] == FACT and described["id"] is None
+    described = speculative.pop("documents")  # as passed; the core drafts from one
+    assert [d["preview"] for d in described] == [FACT, FACT, " "]
+    assert all(d["id"] is None for d in described)
     assert speculative == {"backend": "vllm-server", "draft_source": "documents",
                            "num_documents": 1, "acceptance": ACCEPTANCE,
                            "documents_from": "argument", "answer_scope": None}

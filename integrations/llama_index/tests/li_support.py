@@ -22,8 +22,8 @@ from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMComp
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
-from ngram_trie_rag.cache_paths import data_dir
 from ngram_trie_rag.reference import greedy_reference
+from ngram_trie_rag.util.cache_paths import data_dir
 
 WIKI = data_dir() / "wiki_passages" / "passages.jsonl"
 

@@ -11,8 +11,8 @@ import pytest
 from llama_index.core import VectorStoreIndex
 from llama_index.core.instrumentation.dispatcher import instrument_tags
 from ngram_trie_rag import AnswerStore
-from ngram_trie_rag.answer_scopes import SCOPE_KEY
 from ngram_trie_rag.drafting.answer_store import answer_tokens
+from ngram_trie_rag.wrappers.answer_scopes import SCOPE_KEY
 
 from llama_index.llms.ngram_trie import NGramTrieLLM, NGramTrieRetriever, registry_size
 

@@ -57,7 +57,7 @@ def test_copying_a_passage_accepts_drafted_tokens(li_llm, li_plain_llm):
 def test_metadata_overrides_need_no_model():
     llm = NGramTrieLLM(context_window=2048, is_chat_model=False, model_name="m")
     assert llm.metadata.context_window == 2048
-    assert not llm.engine.loaded  # nothing loaded yet
+    assert not llm.active_backend.loaded  # nothing loaded yet
 
 
 def test_complete_is_plain_greedy_and_reports_stats(li_llm, li_plain_llm):

@@ -113,7 +113,7 @@ def test_llama_index_and_hugging_face_keywords_are_accepted() -> None:
     # The token reaches the loader only: never a repr or a dump.
     assert "hf_secret" not in repr(llm) and "hf_secret" not in llm.to_json()
     assert llm.to_dict()["model_kwargs"] == {"attn_implementation": "eager"}
-    assert llm.metadata.model_name == "org/some-model" and not llm.engine.loaded
+    assert llm.metadata.model_name == "org/some-model" and not llm.active_backend.loaded
 
 
 def test_loader_settings_that_cannot_apply_are_refused(loaded_model) -> None:

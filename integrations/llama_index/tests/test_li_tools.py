@@ -12,7 +12,7 @@ from llama_index.core.agent.workflow import AgentStream, FunctionAgent, ToolCall
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.tools import FunctionTool, QueryEngineTool, ToolMetadata
-from ngram_trie_rag.grammar import Grammar
+from ngram_trie_rag.decoding.grammar import Grammar
 from pydantic import BaseModel, Field
 
 from llama_index.llms.ngram_trie import NGramTrieLLM

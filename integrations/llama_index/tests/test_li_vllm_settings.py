@@ -17,10 +17,10 @@ import pytest
 from llama_index.core.base.llms.types import ChatMessage, ToolCallBlock
 from llama_index.core.schema import TextNode
 from llama_index.core.tools import FunctionTool
-from ngram_trie_rag import wrapper
 from ngram_trie_rag.backends import VLLMBackend
-from ngram_trie_rag.options import GenerationOptions
+from ngram_trie_rag.decoding.options import GenerationOptions
 from ngram_trie_rag.serving.openai_http import Delta
+from ngram_trie_rag.wrappers import settings as wrapper
 
 from llama_index.llms.ngram_trie import NGramTrieLLM
 
@@ -119,7 +119,7 @@ def test_what_each_vllm_place_is_asked_for(served) -> None:
                          request_timeout=5.0),
             NGramTrieLLM(backend="vllm", model_name="/models/x", num_speculative_tokens=4,
                          vllm_engine_args={"dtype": "float32"})]
-    assert all(isinstance(llm.engine, VLLMBackend) for llm in llms)
+    assert all(isinstance(llm.active_backend, VLLMBackend) for llm in llms)
     server, engine = asked
     assert (server.place, server.model, server.base_url, server.api_key,
             server.request_timeout) == ("vllm-server", "smollm2", URL, "secret", 5.0)

@@ -9,7 +9,7 @@ in this process; see ``ngram_trie_rag.backends``), the nodes travelling with eac
 
 Locally a call also drafts from the earlier answers of its scope (the index its nodes came
 from, or a name in the instrument tags; see ``scopes``), kept in one ``AnswerStore`` per
-scope (``ngram_trie_rag.answer_scopes``); the answer joins that store.
+scope (``ngram_trie_rag.wrappers.answer_scopes``); the answer joins that store.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM,
     It is also a function-calling LLM: ``chat_with_tools`` (and ``FunctionAgent``) offers
     the tools in a system message and decodes the reply under a grammar built from their
     schemas; ``structured_predict`` and ``as_structured_llm`` decode under the output
-    class's JSON schema; ``grammar=`` (an ``ngram_trie_rag.grammar.Grammar``) constrains any
+    class's JSON schema; ``grammar=`` (an ``ngram_trie_rag.decoding.grammar.Grammar``)
+    constrains any
     call. All of it is exact under speculation and drafts from the same sources.
 
     Options given as call keywords (``max_new_tokens`` or ``max_tokens``, ``temperature``,
@@ -118,7 +119,7 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM,
     @property
     def metadata(self) -> LLMMetadata:
         return LLMMetadata(
-            context_window=(self.context_window or self.engine.context_window
+            context_window=(self.context_window or self.active_backend.context_window
                             or DEFAULT_CONTEXT_WINDOW),
             num_output=self.max_new_tokens,
             is_chat_model=self.uses_chat_template(),
@@ -132,7 +133,7 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM,
         unless ``is_chat_model=False``."""
         if self.is_chat_model is not None:
             return self.is_chat_model
-        tokenizer = self.engine.tokenizer
+        tokenizer = self.active_backend.tokenizer
         return tokenizer is None or has_chat_template(tokenizer)
 
     def drafting_from(self, documents: Iterable[DraftItem]) -> AbstractContextManager[DraftSource]:
@@ -163,41 +164,41 @@ class NGramTrieLLM(ToolCalling, StructuredOutput, CustomLLM, FunctionCallingLLM,
         """Options as keyword arguments (see the class doc) and ``documents`` to draft
         from apply to this call."""
         call = self._completion_call(prompt, formatted, kwargs)
-        return whole(self.engine, call, responses.completion)
+        return whole(self.active_backend, call, responses.completion)
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False,
                         **kwargs: Any) -> CompletionResponseGen:
         call = self._completion_call(prompt, formatted, kwargs)
-        return streamed(self.engine, call, responses.completion)
+        return streamed(self.active_backend, call, responses.completion)
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return whole(self.engine, self._chat_call(messages, kwargs), responses.chat)
+        return whole(self.active_backend, self._chat_call(messages, kwargs), responses.chat)
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        return streamed(self.engine, self._chat_call(messages, kwargs), responses.chat)
+        return streamed(self.active_backend, self._chat_call(messages, kwargs), responses.chat)
 
     # ---- async: the event loop stays free while the engine works -----------------------
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False,
                         **kwargs: Any) -> CompletionResponse:
         call = self._completion_call(prompt, formatted, kwargs)
-        return await awhole(self.engine, call, responses.completion)
+        return await awhole(self.active_backend, call, responses.completion)
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False,
                                **kwargs: Any) -> CompletionResponseAsyncGen:
         call = self._completion_call(prompt, formatted, kwargs)
-        return await astreamed(self.engine, call, responses.completion)
+        return await astreamed(self.active_backend, call, responses.completion)
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return await awhole(self.engine, self._chat_call(messages, kwargs), responses.chat)
+        return await awhole(self.active_backend, self._chat_call(messages, kwargs), responses.chat)
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage],
                            **kwargs: Any) -> ChatResponseAsyncGen:
         call = self._chat_call(messages, kwargs)
-        return await astreamed(self.engine, call, responses.chat)
+        return await astreamed(self.active_backend, call, responses.chat)

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ngram_trie_rag.backends import Request
-from ngram_trie_rag.wrapper import OPTION_FIELDS
+from ngram_trie_rag.wrappers.settings import OPTION_FIELDS
 
 from .drafting import DraftSource
 
 # Call keywords that are generation options (the core's names). Anything else LlamaIndex
 # passes along (``formatted``, ``documents``...) is not an option and is left alone.
-# ``grammar``: an ``ngram_trie_rag.grammar.Grammar`` the answer must match (vLLM gets it
+# ``grammar``: an ``ngram_trie_rag.decoding.grammar.Grammar`` the answer must match (vLLM gets it
 # as its structured outputs).
 OPTION_KEYWORDS = (*OPTION_FIELDS, "grammar")
 TOKEN_BUDGET = "max_tokens"  # LlamaIndex's usual spelling of max_new_tokens

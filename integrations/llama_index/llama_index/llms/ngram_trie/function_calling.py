@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
 from llama_index.core.llms.llm import ToolSelection
-from ngram_trie_rag.tool_calls import tool_call_grammar
+from ngram_trie_rag.wrappers.tool_calls import tool_call_grammar
 
 from .tools import tool_choice, tool_selections, tool_spec, with_tools_prompt
 

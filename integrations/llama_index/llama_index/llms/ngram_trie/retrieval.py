@@ -21,7 +21,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
-from ngram_trie_rag.answer_scopes import object_scope
+from ngram_trie_rag.wrappers.answer_scopes import object_scope
 
 SOURCE_KEY = "source"
 

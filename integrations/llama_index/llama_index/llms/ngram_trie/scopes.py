@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.instrumentation.dispatcher import active_instrument_tags
-from ngram_trie_rag.answer_scopes import SCOPE_KEY, joined_scope, object_scope, scope_name
+from ngram_trie_rag.wrappers.answer_scopes import SCOPE_KEY, joined_scope, object_scope, scope_name
 
 
 def retriever_scope(retriever: Any, inner: Sequence[str] = ()) -> str:

@@ -1,5 +1,5 @@
 """The settings only LlamaIndex's ``NGramTrieLLM`` has, beside the ones every wrapper
-shares (:class:`~ngram_trie_rag.wrapper.WrapperSettings`), and the backend they name.
+shares (:class:`~ngram_trie_rag.wrappers.settings.WrapperSettings`), and the backend they name.
 
 The model is named as in LlamaIndex's ``HuggingFaceLLM``: ``model_name`` is what gets
 loaded (a hub id, a folder or a ``.gguf`` file; for a vLLM server, the served model's
@@ -26,13 +26,13 @@ from llama_index.core.bridge.pydantic import (
 )
 from ngram_trie_rag.backends.settings import BackendSettings
 from ngram_trie_rag.validation import not_bool
-from ngram_trie_rag.wrapper import WrapperSettings
-from ngram_trie_rag.wrapper_models import (
+from ngram_trie_rag.wrappers.models import (
     check_loading,
     is_loaded,
     loaded_name,
     loading,
 )
+from ngram_trie_rag.wrappers.settings import WrapperSettings
 
 if TYPE_CHECKING:
     from ngram_trie_rag import SpeculativeGenerator
@@ -143,7 +143,7 @@ class NGramTrieSettings(WrapperSettings):
             return self.model_name
         if is_loaded(self.model) and self._given_generator is None:
             return loaded_name(self.model)
-        return self.engine.model_name
+        return self.active_backend.model_name
 
     @property
     def generator(self) -> SpeculativeGenerator:
@@ -151,7 +151,7 @@ class NGramTrieSettings(WrapperSettings):
         ``NGramTrieLLM(generator=llm.generator, ...)``)."""
         from ngram_trie_rag.backends import LocalBackend
 
-        engine = self.engine
-        if not isinstance(engine, LocalBackend):
+        backend = self.active_backend
+        if not isinstance(backend, LocalBackend):
             raise RuntimeError(f"calls run on {self.runs_on!r}, not on this package's engine")
-        return engine.generator
+        return backend.generator

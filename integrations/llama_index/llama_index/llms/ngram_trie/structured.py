@@ -24,7 +24,7 @@ from llama_index.core.instrumentation.events.llm import (
 from llama_index.core.program.utils import FlexibleModel, process_streaming_objects
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.types import PydanticProgramMode
-from ngram_trie_rag.grammar import Grammar
+from ngram_trie_rag.decoding.grammar import Grammar
 from pydantic import BaseModel
 
 dispatcher = get_dispatcher(__name__)

@@ -2,7 +2,7 @@
 
 The model is told about the tools in a system message and replies with one JSON object,
 ``{"tool_calls": [{"name": ..., "arguments": {...}}]}`` or ``{"content": "..."}``, which a
-grammar built from the tools' schemas enforces (``ngram_trie_rag.tool_calls``); so every
+grammar built from the tools' schemas enforces (``ngram_trie_rag.wrappers.tool_calls``); so every
 reply parses, and the arguments are valid for the tool they name.
 
 This module translates between that reply shape and LlamaIndex's: ``BaseTool`` ->
@@ -27,7 +27,7 @@ from llama_index.core.base.llms.types import (
     ToolCallBlock,
 )
 from llama_index.core.llms.llm import ToolSelection
-from ngram_trie_rag.tool_calls import ToolCall, ToolSpec, parse_reply, tools_system_prompt
+from ngram_trie_rag.wrappers.tool_calls import ToolCall, ToolSpec, parse_reply, tools_system_prompt
 
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool

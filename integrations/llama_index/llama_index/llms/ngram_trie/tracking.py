@@ -48,7 +48,7 @@ from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.response_synthesizers.base import BaseSynthesizer
 from llama_index.core.schema import NodeWithScore
-from ngram_trie_rag.answer_scopes import joined_scope, object_scope
+from ngram_trie_rag.wrappers.answer_scopes import joined_scope, object_scope
 from pydantic import PrivateAttr
 
 from .carry import STREAMED, Retrieved, carry

@@ -28,4 +28,5 @@ def data_dir() -> Path:
     env = os.environ.get("NGRAM_TRIE_RAG_DATA")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
+    source_tree = Path(__file__).resolve().parents[2]  # util/ -> ngram_trie_rag/ -> tree
+    return source_tree.parent / "shared" / "data"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from . import gqa_attention
+from ..cpu import gqa_attention
 from .attention_windows import attention_windows
 
 # Attention implementations that apply a 4-D additive mask as given (None: the default;

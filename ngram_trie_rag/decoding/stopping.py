@@ -2,9 +2,10 @@
 
 This library's generator takes ``repetition_stop=n``; a plain ``generate`` call (the
 greedy reference, the benchmark's ``vanilla`` and ``hf-pld``) gets
-:class:`RepetitionCriteria`, which ends it once :class:`~ngram_trie_rag.repetition.RepeatScan`
-finds a cut among the new tokens; the tokens are then cut at that point
-(:func:`~ngram_trie_rag.repetition.cut_answer`). Both return the same prefix of the greedy
+:class:`RepetitionCriteria`, which ends it once
+:class:`~ngram_trie_rag.decoding.repetition.RepeatScan` finds a cut among the new tokens; the
+tokens are then cut at that point
+(:func:`~ngram_trie_rag.decoding.repetition.cut_answer`). Both return the same prefix of the greedy
 answer, so exactness still compares like with like, and no decoder spends its time on a
 loop the others skip.
 """

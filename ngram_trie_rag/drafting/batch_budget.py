@@ -1,5 +1,9 @@
 """How many draft tokens each row of a batch gets: drafting only what pays for itself.
 
+The batch's counterpart of :mod:`~ngram_trie_rag.drafting.budget` (one request's tree,
+priced by the model's latency curve): here every row's chain is priced together, by a
+step cost fitted online from the batch's own steps.
+
 A batching engine verifies every row's draft in one forward pass. On a CPU, or a GPU at
 high concurrency, each extra token costs about as much as a row's own, and a row that
 drafts at all takes a slower path (several query tokens instead of one), so drafts that

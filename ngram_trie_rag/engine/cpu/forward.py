@@ -1,9 +1,9 @@
 """One forward of the generator's: a plain step or a tree verification.
 
-Where :mod:`~ngram_trie_rag.engine.llama_step` applies it runs the step; otherwise the
+Where :mod:`~ngram_trie_rag.engine.cpu.llama_step` applies it runs the step; otherwise the
 model's modules run, with the measured attention
-(:mod:`~ngram_trie_rag.engine.gqa_attention`) and linear layout
-(:mod:`~ngram_trie_rag.engine.linear_layout`) switched in for this forward only (both
+(:mod:`~ngram_trie_rag.engine.cpu.gqa_attention`) and linear layout
+(:mod:`~ngram_trie_rag.engine.cpu.linear_layout`) switched in for this forward only (both
 installed once, when the engine is built). A hook registered on the model after the
 engine chose the step sends the forward to the modules, which run it. The engine and
 the latency curve both call this, so the curve times exactly what the generator runs.
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from ..kv_cache import cache_kwargs
+from ..protocol import Layout
 from . import gqa_attention, linear_layout, llama_step
-from .kv_cache import cache_kwargs
 from .llama_step import LlamaStep
-from .protocol import Layout
 
 
 def forward(model: torch.nn.Module, step: LlamaStep | None, input_ids: torch.Tensor,

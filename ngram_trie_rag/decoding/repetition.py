@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..validation import integer
 from .result import FinishReason, GenerationStats
-from .validation import integer
 
 NGram = tuple[int, ...]
 

@@ -2,8 +2,8 @@
 
 The draft budget (:mod:`ngram_trie_rag.drafting.budget`) needs ``t(q)`` to trade accepted length
 against cost, and the generator needs to know, per forward size, which linear layout
-(:mod:`ngram_trie_rag.engine.linear_layout`) and which single-query attention
-(:mod:`ngram_trie_rag.engine.gqa_attention`) is fastest on this host. Both are timed here,
+(:mod:`ngram_trie_rag.engine.cpu.linear_layout`) and which single-query attention
+(:mod:`ngram_trie_rag.engine.cpu.gqa_attention`) is fastest on this host. Both are timed here,
 with forwards exactly as verification runs them: a plain step unmasked, a draft (a
 chain) with its tree mask, after ``past_len`` cached tokens.
 
@@ -17,7 +17,7 @@ Two ways, for two moments:
   little steeper than measured, so that the budget drafts small until real steps
   (:meth:`~ngram_trie_rag.drafting.budget.DraftBudget.record_latency`) say otherwise.
 
-:mod:`ngram_trie_rag.engine.curve_cache` decides which one a process gets and keeps it.
+:mod:`ngram_trie_rag.engine.costs.curve_cache` decides which one a process gets and keeps it.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..drafting.budget import interpolated
-from ..drafting.draft_tree import DraftTree
-from . import linear_layout
-from .attention_windows import AttentionWindows
-from .linear_layout import prepack_applies
-from .llama_step import LlamaStep
-from .protocol import Layout
-from .thread_governor import intra_op_threads
+from ...drafting.budget import interpolated
+from ...drafting.draft_tree import DraftTree
+from ..cpu import linear_layout
+from ..cpu.linear_layout import prepack_applies
+from ..cpu.llama_step import LlamaStep
+from ..cpu.thread_governor import intra_op_threads
+from ..models.attention_windows import AttentionWindows
+from ..protocol import Layout
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,8 @@ PROBE_MIN_SLOPE = 0.01
 @dataclass(frozen=True)
 class LatencyCurve:
     """Measured forward costs: seconds per forward of ``q`` new tokens, each in the
-    fastest linear-layer layout (see :mod:`ngram_trie_rag.engine.linear_layout`), and whether
-    a plain step's attention runs packed (see :mod:`ngram_trie_rag.engine.gqa_attention`)."""
+    fastest linear-layer layout (see :mod:`ngram_trie_rag.engine.cpu.linear_layout`), and whether
+    a plain step's attention runs packed (see :mod:`ngram_trie_rag.engine.cpu.gqa_attention`)."""
 
     seconds: dict[int, float]  # q -> seconds, the chosen variant's
     layouts: dict[int, Layout] = field(default_factory=dict)  # q -> layout; absent: stock
@@ -95,7 +95,7 @@ class _ForwardTimer:
 
     def __init__(self, model, step: LlamaStep | None, windows: AttentionWindows | None,
                  past_len: int) -> None:
-        from .kv_cache import cache_kwargs, new_cache
+        from ..kv_cache import cache_kwargs, new_cache
 
         self.model, self.step, self.windows = model, step, windows
         self.past_len = min(past_len,
@@ -113,7 +113,7 @@ class _ForwardTimer:
 
     def inputs(self, q: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | dict | None]:
         """``(ids, positions, mask)`` of a plain step (q = 1) or a chain draft."""
-        from .tree_attention import tree_inputs
+        from ..trees.tree_attention import tree_inputs
 
         device = self.model.device
         ids = self._random(q)
@@ -127,7 +127,7 @@ class _ForwardTimer:
     @torch.inference_mode()
     def seconds(self, inputs: tuple, layout: Layout, pack: bool) -> float:
         """Wall time of one forward over ``inputs`` in ``layout``."""
-        from .forward import forward
+        from ..cpu.forward import forward
 
         device = self.model.device
         sync_device(device)
@@ -180,7 +180,7 @@ def latency_curve(model, packed_gqa: bool = False, windows: AttentionWindows | N
     On a CPU each linear layout that applies is timed (transposed up to
     ``MAX_TRANSPOSED`` tokens), and for a plain step with ``packed_gqa`` both
     attentions. ``step``: the generator's Llama step, timed instead of the modules when
-    it runs one (see :mod:`ngram_trie_rag.engine.forward`). A variant other than the stock one
+    it runs one (see :mod:`ngram_trie_rag.engine.cpu.forward`). A variant other than the stock one
     must be faster by ``LAYOUT_MARGIN``.
     """
     layouts: list[Layout] = ["stock"]

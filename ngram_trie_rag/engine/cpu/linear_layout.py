@@ -12,7 +12,7 @@ bf16 on the same CPU shows no such gap (oneDNN takes those products).
 
 Whether and for which forward sizes the transposed layout wins is a property of the
 hardware, the BLAS and the dtype, so it is measured, not assumed: the latency curve
-(:func:`ngram_trie_rag.engine.latency.latency_curve`) times each forward size both ways and
+(:func:`ngram_trie_rag.engine.costs.latency.latency_curve`) times each forward size both ways and
 the generator runs each of its forwards in the faster layout (:func:`transposed`).
 Only the generator's own forwards switch: :func:`install` (called when a generator is
 built over a model whose modules it runs) gives each plain linear layer a forward that
@@ -27,7 +27,7 @@ in its blocked format (:func:`prepacked`). In bf16 on the same CPU the default m
 for larger trees. It costs a copy of every linear weight (270 MB for the default model
 in bf16), so it is offered only where that copy fits in a quarter of the free memory
 (:func:`prepack_applies`), and only to the Llama step
-(:mod:`ngram_trie_rag.engine.llama_step`), which keeps the copies and re-packs when a weight
+(:mod:`ngram_trie_rag.engine.cpu.llama_step`), which keeps the copies and re-packs when a weight
 changes in place.
 
 The layouts sum the same products in different orders, so logits differ in the last

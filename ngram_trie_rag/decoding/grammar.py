@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from .drafting import DraftTree
+from ..drafting import DraftTree
+from ..util.optional import require
 from .grammar_closing import ClosingVocab, closing
-from .optional import require
 
 KINDS = ("json_schema", "json", "regex", "ebnf")
 
@@ -253,7 +253,7 @@ class Constraint:
     def closing(self, limit: int) -> list[int] | None:
         """At most ``limit`` tokens that complete the structure from the committed
         tokens (none when the grammar may end now), or None (see
-        :mod:`~ngram_trie_rag.grammar_closing`). Found on a fork: nothing is committed."""
+        :mod:`~ngram_trie_rag.decoding.grammar_closing`). Found on a fork: nothing is committed."""
         if self._closing_vocab is None:
             return None
         return closing(self.matcher.fork(), self._fill,

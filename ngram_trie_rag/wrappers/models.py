@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .backends.settings import DESCRIBED, BackendSettings
+from ..backends.settings import DESCRIBED, BackendSettings
 
 # Settings that load a model: they mean nothing for a model already loaded.
 LOADER_SETTINGS = ("device", "dtype", "model_kwargs", "device_map")

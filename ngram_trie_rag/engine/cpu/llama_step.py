@@ -11,7 +11,7 @@ calls per forward.
 Nothing is re-derived: RMSNorm upcasts to fp32 as ``LlamaRMSNorm`` does, RoPE is
 rotate-half with the model's own rotary embedding (so scaled RoPE variants come
 along), keys and values go through the cache's ``update``, and attention is SDPA as
-:mod:`ngram_trie_rag.engine.gqa_attention` runs it. The operations run in the modules' order
+:mod:`ngram_trie_rag.engine.cpu.gqa_attention` runs it. The operations run in the modules' order
 on the modules' weights (no copies), so the logits are bitwise those of the module
 forward (``tests/test_llama_step.py``) in every variant the generator uses: either
 linear layout, packed or stock single-query attention, tree masks.
@@ -30,9 +30,9 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from ..protocol import Layout
 from . import gqa_attention
 from .linear_layout import prepacked, prepacked_product, transposed_product
-from .protocol import Layout
 
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -155,8 +155,9 @@ class LlamaStep:
         """One forward over ``input_ids`` (1, Q) at ``position_ids`` (1, Q), appending
         their keys and values to ``cache``. ``mask`` is the additive (1, 1, Q, S) tree
         mask, or None for a single query. ``layout``: see
-        :mod:`ngram_trie_rag.engine.linear_layout`; ``packed``: a single query's GQA packed as
-        in :func:`ngram_trie_rag.engine.gqa_attention.sdpa_packed_gqa` (masked GQA always is)."""
+        :mod:`ngram_trie_rag.engine.cpu.linear_layout`; ``packed``: a single query's GQA
+        packed as in :func:`ngram_trie_rag.engine.cpu.gqa_attention.sdpa_packed_gqa`
+        (masked GQA always is)."""
         q_len = input_ids.shape[1]
         if mask is None and q_len != 1:
             raise ValueError("an unmasked forward must be a single query")

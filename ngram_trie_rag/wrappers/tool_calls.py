@@ -12,7 +12,7 @@ reply parses (:func:`parse_reply`). ``choice`` follows the OpenAI / LangChain va
 - ``"none"``: no grammar; the model answers in text.
 
 Decoding under the grammar is exact and speculative like any constrained generation
-(:mod:`ngram_trie_rag.grammar`): argument values copied from retrieved passages are
+(:mod:`ngram_trie_rag.decoding.grammar`): argument values copied from retrieved passages are
 drafted from the trie, and the JSON scaffolding the grammar forces is drafted for free.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .grammar import Grammar
+from ..decoding.grammar import Grammar
 
 
 @dataclass(frozen=True)

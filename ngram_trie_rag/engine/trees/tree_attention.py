@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..drafting.draft_tree import DraftTree
-from .attention_windows import FULL, AttentionWindows, Window
+from ...drafting.draft_tree import DraftTree
+from ..models.attention_windows import FULL, AttentionWindows, Window
 
 
 def ancestor_matrix(tree: DraftTree) -> np.ndarray:
@@ -39,7 +39,7 @@ def tree_inputs(
 ) -> tuple[torch.Tensor, torch.Tensor | dict[str, torch.Tensor]]:
     """Position ids (1, Q) and the additive mask (1, 1, Q, past_len + Q).
 
-    With ``windows`` (see :mod:`~ngram_trie_rag.engine.attention_windows`) each node
+    With ``windows`` (see :mod:`~ngram_trie_rag.engine.models.attention_windows`) each node
     also sees only the keys within its own window, measured from its own position:
     node i at ``p_i = past_len + depth_i`` sees key position ``k`` (committed or an
     ancestor) iff ``p_i - window < k``. One mask when every layer attends alike, else a

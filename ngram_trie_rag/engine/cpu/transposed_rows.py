@@ -1,11 +1,11 @@
 """The transposed linear layout inside a compiled step, for the row counts it pays at.
 
 A CPU BLAS may run a linear layer over a few rows, ``x @ W^T``, at half the memory
-bandwidth it reaches as ``W @ x^T`` (:mod:`~ngram_trie_rag.engine.linear_layout` has the
+bandwidth it reaches as ``W @ x^T`` (:mod:`~ngram_trie_rag.engine.cpu.linear_layout` has the
 figures). The base engine switches its modules with a ContextVar, which Dynamo does not
 trace. A compiled step instead runs its forward inside :class:`TransposedRows`, a
 ``TorchFunctionMode`` that Dynamo traces: every ``F.linear`` over an input of a listed
-row count becomes :func:`~ngram_trie_rag.engine.linear_layout.transposed_product` (plus
+row count becomes :func:`~ngram_trie_rag.engine.cpu.linear_layout.transposed_product` (plus
 the bias) in the graph itself, at no cost per call. Mode stacks are per thread, so
 ``generate`` or any other caller of the same model, on any thread, runs as shipped.
 
@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from ..costs.latency import LAYOUT_MARGIN
 from . import linear_layout
-from .latency import LAYOUT_MARGIN
 from .linear_layout import transposed_product
 
 

@@ -37,8 +37,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .drafting.answer_store import AnswerStore, check_answer_store
-from .validation import flag, integer
+from ..drafting.answer_store import AnswerStore, check_answer_store
+from ..validation import flag, integer
 
 SCOPE_KEY = "ngram_trie_scope"  # where a caller names a scope (metadata, instrument tags)
 SHARED = "shared"  # the scope reported for calls that use a pinned answer_store

@@ -1,6 +1,6 @@
 """The one cache of latency curves: in the process, then on disk, else a quick probe.
 
-A full measurement (:func:`ngram_trie_rag.engine.latency.latency_curve`) costs fifteen to
+A full measurement (:func:`ngram_trie_rag.engine.costs.latency.latency_curve`) costs fifteen to
 twenty-five seconds for the default model on two cores: more than a whole answer. No
 generation waits for one. :func:`curve_for` gives a process its curve from
 
@@ -9,7 +9,7 @@ generation waits for one. :func:`curve_for` gives a process its curve from
    ``<cache>/latency/`` (``$NGRAM_TRIE_RAG_CACHE`` overrides the cache folder), used as
    stored. A file that cannot be read, names another key or is older than ``MAX_AGE_S``
    is ignored;
-3. else a probe of two forwards (:func:`~ngram_trie_rag.engine.latency.default_curve`,
+3. else a probe of two forwards (:func:`~ngram_trie_rag.engine.costs.latency.default_curve`,
    well under a second), stored for the next process.
 
 Real steps then refine the seconds (the draft budget's timings, folded in by
@@ -38,9 +38,9 @@ from pathlib import Path
 
 import torch
 
-from .attention_windows import AttentionWindows
+from ..cpu.llama_step import LlamaStep
+from ..models.attention_windows import AttentionWindows
 from .latency import SOURCES, LatencyCurve, default_curve, latency_curve
-from .llama_step import LlamaStep
 
 FORMAT = 1
 MAX_AGE_S = 7 * 24 * 3600  # kernels, drivers and libraries change; a week-old file is dropped
@@ -215,7 +215,7 @@ def _nvidia_driver() -> str | None:
 def path_for(key: tuple, folder: Path | None = None) -> Path:
     """The file of ``key`` (a :func:`curve_key`) on this host."""
     if folder is None:
-        from ..cache_paths import cache_dir
+        from ...util.cache_paths import cache_dir
 
         folder = cache_dir() / "latency"
     digest = hashlib.sha256(json.dumps([FORMAT, list(key), host()]).encode()).hexdigest()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..drafting.draft_tree import DraftTree
+from ...drafting.draft_tree import DraftTree
 from .tree_attention import ancestor_matrix
 
 BUCKETS: tuple[int, ...] = (1, 4, 8, 16, 32, 64)

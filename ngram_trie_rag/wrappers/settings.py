@@ -7,7 +7,7 @@ wrapper adds only what its framework names differently (the model field, the tok
 its API key type) and translates its own message, document and response types.
 
 Per call: the instance's options (checked once, at construction, as one
-:class:`~ngram_trie_rag.options.GenerationOptions`) with the call's keywords over them, the
+:class:`~ngram_trie_rag.decoding.options.GenerationOptions`) with the call's keywords over them, the
 documents the wrapper found, and the answer store of the call's scope when the backend
 drafts locally. Which engine runs it is the backend's business (:func:`open_backend`).
 """
@@ -29,14 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from .answer_scopes import (
-    DEFAULT_MAX_SCOPES,
-    DEFAULT_TOKENS_PER_SCOPE,
-    AnswerMemory,
-    AnswerScopes,
-    check_answer_setting,
-)
-from .backends.settings import (
+from ..backends.settings import (
     DEFAULT_K,
     DEFAULT_TIMEOUT_S,
     BackendSettings,
@@ -44,13 +37,20 @@ from .backends.settings import (
     check_settings,
     open_backend,
 )
-from .drafting import AnswerStore
-from .drafting.config import DraftConfig
-from .keywords import unknown_keywords
-from .options import GenerationOptions, options_from
-from .repetition import DEFAULT_N
-from .validation import not_bool
-from .wrapper_models import shown, without_secrets
+from ..decoding.options import GenerationOptions, options_from
+from ..decoding.repetition import DEFAULT_N
+from ..drafting import AnswerStore
+from ..drafting.config import DraftConfig
+from ..util.keywords import unknown_keywords
+from ..validation import not_bool
+from .answer_scopes import (
+    DEFAULT_MAX_SCOPES,
+    DEFAULT_TOKENS_PER_SCOPE,
+    AnswerMemory,
+    AnswerScopes,
+    check_answer_setting,
+)
+from .models import shown, without_secrets
 
 DraftMethod = Literal["trie", "backoff", "chain", "none"]
 # The options a wrapper's fields hold (core names); the token budget is named per framework.
@@ -261,7 +261,7 @@ class WrapperSettings(BaseModel):
         return self.backend_settings().place
 
     @property
-    def engine(self) -> Any:
+    def active_backend(self) -> Any:
         """The :class:`~ngram_trie_rag.backends.Backend` calls run on; nothing loads or
         connects until the first call."""
         if self._backend is None:
@@ -300,7 +300,7 @@ class WrapperSettings(BaseModel):
                           scope: str | None) -> tuple[GenerationOptions, str | None]:
         """``options`` with the store of the call's ``scope`` when the backend drafts
         locally (vLLM drafts with its own proposer), and the scope to report."""
-        if not self.engine.drafts_locally:
+        if not self.active_backend.drafts_locally:
             return options, None
         seeded = options.temperature > 0 and options.seed is not None
         store, reported = self._answer_memory.store_for(scope, seeded_sampling=seeded)

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from ngram_trie_rag.serving.draft_length import (
+from ngram_trie_rag.drafting.batch_budget import (
     AcceptRates,
     DraftLengths,
     StepCost,

@@ -11,7 +11,7 @@ positions ``k`` with ``p - window < k <= p``; a chunked layer lets ``p`` see ``k
 own chunk, ``k // chunk == p // chunk``.
 
 The generator's cache keeps every key of every layer and applies these rules by
-position in its tree mask instead (see :mod:`~ngram_trie_rag.engine.tree_attention`):
+position in its tree mask instead (see :mod:`~ngram_trie_rag.engine.trees.tree_attention`):
 a draft node at depth ``d`` sits at position ``past + d``, so its window starts at its
 own place, not at the block's. Masking by position gives the attention ``generate``
 computes over its shorter cache, and keeps compaction the same for every layer.
@@ -82,7 +82,7 @@ def attention_windows(config) -> AttentionWindows:
     """The windows ``generate`` applies for ``config``.
 
     Raises ValueError for a layer type that is not attention over a KV cache (a
-    recurrent or convolutional layer): see :mod:`~ngram_trie_rag.engine.support`.
+    recurrent or convolutional layer): see :mod:`~ngram_trie_rag.engine.models.support`.
     """
     types, sizes = _layer_types(config.get_text_config(decoder=True))
     by_type: dict[str, Window] = {}

@@ -19,8 +19,8 @@ from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .generator import SpeculativeGenerator
-from .loading import default_device, resolve_dtype
+from ..generator import SpeculativeGenerator
+from ..loading import default_device, resolve_dtype
 
 _LOCK = threading.Lock()
 _BASE: dict[tuple, SpeculativeGenerator] = {}

@@ -17,14 +17,14 @@ from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from .drafting.answer_store import check_answer_store
-from .drafting.config import check_method
-from .keywords import unknown_keywords
+from ..drafting.answer_store import check_answer_store
+from ..drafting.config import check_method
+from ..util.keywords import unknown_keywords
+from ..validation import check_options
 from .repetition import check_repetition_stop
-from .validation import check_options
 
 if TYPE_CHECKING:
-    from .drafting import AnswerStore
+    from ..drafting import AnswerStore
     from .grammar import Grammar
 
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -43,7 +43,7 @@ class GenerationOptions:
         top_k: top-k filtering; 0 keeps every token.
         stop: stop strings; the text ends before the first one (not emitted).
         seed: the sampling seed; ``None`` draws one.
-        grammar: a :class:`~ngram_trie_rag.grammar.Grammar` the answer must match.
+        grammar: a :class:`~ngram_trie_rag.decoding.grammar.Grammar` the answer must match.
         method: ``"trie"``, ``"backoff"``, ``"chain"`` or ``"none"``; ``None``: the
             generator's ``DraftConfig.method``.
         num_draft: draft nodes verified per step, pinned (see the module docstring).
@@ -84,7 +84,7 @@ class GenerationOptions:
             from .grammar import Grammar  # a grammar exists only once its module is loaded
 
             if not isinstance(self.grammar, Grammar):
-                raise TypeError("grammar must be an ngram_trie_rag.grammar.Grammar, got "
+                raise TypeError("grammar must be an ngram_trie_rag.decoding.grammar.Grammar, got "
                                 f"{type(self.grammar).__name__}")
 
     @property
