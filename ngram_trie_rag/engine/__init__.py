@@ -13,21 +13,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..util.lazy import lazy_exports
+from .protocol import KV, Engine, EngineInfo, StepInputs  # no torch at import
 
-_EXPORTS = {
-    "KV": ".protocol",
-    "Engine": ".protocol",
-    "EngineInfo": ".protocol",
-    "StepInputs": ".protocol",
-    "EagerEngine": ".eager",
-    "engine_for": ".eager",
-    "LatencyCurve": ".costs.latency",
-}
+_EXPORTS = {"EagerEngine": ".eager", "engine_for": ".eager", "LatencyCurve": ".costs.latency"}
 
 if TYPE_CHECKING:
     from .costs.latency import LatencyCurve
     from .eager import EagerEngine, engine_for
-    from .protocol import KV, Engine, EngineInfo, StepInputs
 
 __all__ = ["KV", "EagerEngine", "Engine", "EngineInfo", "LatencyCurve", "StepInputs",
            "engine_for"]
