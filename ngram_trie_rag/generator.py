@@ -106,7 +106,8 @@ class SpeculativeGenerator:
         ``AutoModelForCausalLM`` (``device_map="auto"``, ``attn_implementation=...``,
         ``revision=...``): they join ``model_kwargs``. Other keywords are the drafter's
         (``n``, ``prefix_len``, ``num_draft``, ...). ``engine``: ``auto``, ``eager``,
-        ``static`` or ``compiled`` (see :mod:`~ngram_trie_rag.engine.choice`).
+        ``static``, ``compiled``, ``uniform`` or ``uniform-compiled`` (see
+        :mod:`~ngram_trie_rag.engine.choice`).
         """
         from .engine.choice import check_engine, make_engine
         from .loading import DEFAULT_MODEL_NAME, LOADER_KEYS, load_model
@@ -211,7 +212,8 @@ class SpeculativeGenerator:
         store = options.answer_store
         drafter = self.drafter(ids, docs, method, options.num_draft,
                                answers=store.answers() if store is not None else ())
-        stats = GenerationStats(method=method, trie_build_s=drafter.build_s,
+        stats = GenerationStats(method=method, engine=self.engine.describe().name,
+                                trie_build_s=drafter.build_s,
                                 trie_tokens=drafter.trie.num_tokens,
                                 draft_source=drafter.source,
                                 num_documents=drafter.num_documents,

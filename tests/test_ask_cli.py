@@ -51,6 +51,7 @@ def test_default_rerank_is_cheap_and_named_and_stages_are_timed(tmp_path: Path, 
     # auto without a cross-encoder on the machine: the embedding order, no error
     assert out["reranker"] == "embedding"
     assert out["repetition_stop"] == 12
+    assert out["engine"] == "eager"  # the engine that ran the answer
     assert set(out["timings"]) == TIMINGS
     assert all(isinstance(v, float) and v >= 0 for v in out["timings"].values())
     assert out["timings"]["total"] >= out["timings"]["load"] + out["timings"]["index"]

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 import transformers as tf
-from model_families import SIZE, build
+from model_families import SIZE, build, random_prompt, word_tokenizer
 
+from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.engine import EagerEngine, Engine, EngineInfo
 from ngram_trie_rag.engine.choice import make_engine
 from ngram_trie_rag.engine.engine_names import ENGINES
@@ -65,3 +66,10 @@ def test_no_caller_outside_the_engine_reaches_into_one() -> None:
             if REACHING_IN.search(line):
                 offending.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
     assert not offending, "\n".join(offending)
+
+
+@pytest.mark.parametrize("name", ["eager", "static"])
+def test_every_answer_names_the_engine_that_ran_it(model, name: str) -> None:
+    gen = SpeculativeGenerator(model, word_tokenizer(), engine=make_engine(model, name))
+    result = gen.generate(random_prompt(24), max_new_tokens=4)
+    assert result.stats.engine == name == result.stats.to_dict()["engine"]

@@ -328,6 +328,7 @@ class Session:
             "tokens_per_s": round(tokens / max(stats["prefill_s"] + stats["decode_s"], 1e-9),
                                   2),
             "steps": stats["steps"],
+            "engine": stats["engine"],
             # A chat follow-up prefills only what its prompt does not share with the last.
             "prefix_reused": stats["prefix_reused"],
             "reranker": self.rerank.name,

@@ -24,6 +24,7 @@ class GenerationStats:
     num_documents: int = 0
     store_answers: int = 0  # earlier answers drafted from (an AnswerStore's), 0: none
     method: str = "trie"
+    engine: str = ""  # the engine that ran the forwards (EngineInfo.name: eager, compiled, ...)
     last_forward_s: float = 0.0  # the latest verification forward (for the budget)
     forced_tokens: int = 0  # tokens a grammar forced (drafted with certainty)
     threads_used: dict[int, int] = field(default_factory=dict)  # CPU threads -> steps
