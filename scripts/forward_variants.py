@@ -175,7 +175,8 @@ class CompiledSteps:
     """The compiled static engine's plain step and 16-node bucket step after a
     ``past``-token prompt. Each timing prepares its step first, as a request does (the
     engine's inputs are views of one staging buffer, valid until the next prepare), and
-    times the forward alone; nothing is committed, so every run writes the same rows."""
+    times the forward alone; nothing is committed, and the cache's write position is put
+    back after each run, so every run writes the same rows."""
 
     def __init__(self, model: torch.nn.Module, past: int, new_tokens: int = 64) -> None:
         from ngram_trie_rag.engine.static_engine import StaticEngine
@@ -200,7 +201,12 @@ class CompiledSteps:
             inputs = self.engine.prepare(self.kv, self.last, self.trees[q])
             start = time.perf_counter()
             self.engine.run(self.kv, inputs)
-            return time.perf_counter() - start
+            took = time.perf_counter() - start
+            # the cache's write position moved past the step's rows: back to the prefix,
+            # as a commit sets it (else the runs walk off the end of the cache)
+            for layer in self.kv.cache.layers:
+                layer.cumulative_length.fill_(self.kv.length)
+        return took
 
 
 # ---- the variants -----------------------------------------------------------------------
