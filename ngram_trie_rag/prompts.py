@@ -3,8 +3,9 @@ model takes: one user message through the chat template for an instruction-tuned
 a completion prompt for a base model (which has no chat template).
 
 :func:`rag_request` makes that choice, once, for every caller that builds the prompt
-itself; :meth:`SpeculativeGenerator.generate` given chat messages for a model without a
-template still refuses them, since only the builder knows how its text should read.
+itself: a builder that knows its text writes the completion form a base model answers
+best. Chat messages that reach a base model any other way are read as the plain text
+:func:`~ngram_trie_rag.inputs.messages_as_text` writes.
 """
 
 from __future__ import annotations

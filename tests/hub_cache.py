@@ -16,8 +16,9 @@ HUB_ID = "TestOrg/SmolLM2-hub"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def lay_out(home: Path, hub_id: str = HUB_ID) -> Path:
-    """Make ``home`` an ``HF_HOME`` whose hub cache holds the default model as ``hub_id``."""
+def lay_out(home: Path, hub_id: str = HUB_ID, source: Path | None = None) -> Path:
+    """Make ``home`` an ``HF_HOME`` whose hub cache holds the model folder ``source`` (the
+    default model's when None) as ``hub_id``."""
     from ngram_trie_rag.loading import default_model_dir
 
     org, name = hub_id.split("/")
@@ -26,7 +27,7 @@ def lay_out(home: Path, hub_id: str = HUB_ID) -> Path:
     snapshot.mkdir(parents=True, exist_ok=True)
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(COMMIT)
-    for file in default_model_dir().iterdir():
+    for file in (source or default_model_dir()).iterdir():
         link = snapshot / file.name
         if not link.exists():
             link.symlink_to(file)
@@ -37,14 +38,19 @@ def lay_out(home: Path, hub_id: str = HUB_ID) -> Path:
 def offline_hub(tmp_path_factory, monkeypatch) -> str:
     """A laid-out ``HF_HOME`` with this process's hub settings pointed at it, offline (the
     library reads them at import, so the process's copies are set too); its hub id."""
+    point_at(lay_out(tmp_path_factory.mktemp("hf_home")), monkeypatch)
+    return HUB_ID
+
+
+def point_at(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's hub settings pointed at ``home``, offline (the library reads them
+    at import, so the process's copies are set too)."""
     import huggingface_hub.constants as constants
 
-    home = lay_out(tmp_path_factory.mktemp("hf_home"))
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return HUB_ID
 
 
 @pytest.fixture(scope="module")

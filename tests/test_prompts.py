@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 
 from ngram_trie_rag.bench import BenchItem
 from ngram_trie_rag.bench.data import parse_row
-from ngram_trie_rag.inputs import encode_prompt, has_chat_template
+from ngram_trie_rag.inputs import encode_prompt, has_chat_template, messages_as_text
 from ngram_trie_rag.prompts import (
     COMPLETION_STOPS,
     RagRequest,
@@ -64,12 +64,15 @@ def test_base_model_gets_a_completion_prompt(base_tokenizer) -> None:
     assert base_tokenizer.decode(ids, skip_special_tokens=True) == request.prompt
 
 
-def test_messages_to_a_base_model_still_fail_loudly(base_tokenizer) -> None:
-    """The library call keeps refusing chat messages it cannot template: only a builder
-    that knows its prompt (``rag_request``) picks the completion form."""
-    with pytest.raises(ValueError, match="no chat template; pass a string prompt"):
-        encode_prompt(base_tokenizer, rag_messages(DOCS, QUESTION), len(base_tokenizer),
-                      "gemma")
+def test_messages_to_a_base_model_read_as_plain_text(base_tokenizer) -> None:
+    """Chat messages sent as they are (not through ``rag_request``, which picks the
+    completion form) read as the role lines every entry point gives a base model."""
+    messages = rag_messages(DOCS, QUESTION)
+    ids = encode_prompt(base_tokenizer, messages, len(base_tokenizer), "gemma")
+    text = messages_as_text(messages)
+    assert text == f"user: {rag_prompt(DOCS, QUESTION)}\nassistant:"
+    assert ids == encode_prompt(base_tokenizer, text, len(base_tokenizer))
+    assert base_tokenizer.decode(ids, skip_special_tokens=True) == text
 
 
 def test_note_goes_where_each_form_reads_it(chat_tokenizer, base_tokenizer) -> None:

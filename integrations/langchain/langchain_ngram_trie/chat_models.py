@@ -1,6 +1,7 @@
 """``ChatNGramTrie``: a LangChain chat model over n-gram trie speculative decoding.
 
-Messages go through the model's chat template; tokens are drafted from the documents the
+Messages go through the model's chat template (a model without one reads them as the plain
+text of ``ngram_trie_rag.inputs.messages_as_text``); tokens are drafted from the documents the
 enclosing chain retrieved (or passed with ``documents=``) and verified by the model, so the
 answer is the model's own: under greedy decoding, token for token what plain decoding gives.
 

@@ -1,8 +1,13 @@
 """``NGramTrieLLM``: the string-prompt (completion) counterpart of ``ChatNGramTrie``.
 
-The prompt is tokenised as-is, with no chat template. ``batch``/``abatch`` run each input as
-its own call: ``BaseLLM``'s batch sends every prompt through one ``_generate`` holding only
-the first prompt's run manager, which would hand every input the first input's documents.
+The prompt is tokenised as-is, with no chat template. Chat messages given to a model
+without one read as the plain text every entry point gives such a model
+(``ngram_trie_rag.inputs.messages_as_text``); to any other model, as LangChain's own
+``Human: ...`` transcript.
+
+``batch``/``abatch`` run each input as its own call: ``BaseLLM``'s batch sends every prompt
+through one ``_generate`` holding only the first prompt's run manager, which would hand
+every input the first input's documents.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from langchain_core.callbacks import (
 )
 from langchain_core.language_models import BaseLLM, LangSmithParams, LanguageModelInput
 from langchain_core.outputs import Generation, GenerationChunk, LLMResult
+from langchain_core.prompt_values import ChatPromptValue, PromptValue, StringPromptValue
 from langchain_core.runnables import Runnable, RunnableConfig
 from ngram_trie_rag.backends import Answer, Delta
+from ngram_trie_rag.inputs import has_chat_template, messages_as_text
 
 from .calls import Call, make_call
+from .messages import to_chat
 from .metadata import generation_info, usage_metadata
 from .registry import call_run_ids
 from .settings import NGramTrieSettings
@@ -61,6 +69,23 @@ class NGramTrieLLM(NGramTrieSettings, BaseLLM):
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         return LangSmithParams(**self._ls_params("llm", stop, kwargs))
+
+    # ---- chat messages ------------------------------------------------------------------------
+    def _convert_input(self, model_input: LanguageModelInput) -> PromptValue:
+        """LangChain's conversion, except chat messages for a model without a chat template:
+        those read as they do at every other entry point, ending on the line the model
+        answers on, which LangChain's transcript lacks. A model with a template, or one
+        whose tokenizer cannot be seen (a server), gets LangChain's transcript as before."""
+        value = super()._convert_input(model_input)
+        if isinstance(value, ChatPromptValue) and self._reads_plain_text():
+            chat = to_chat(value.messages)
+            name = self.active_backend.model_name
+            return StringPromptValue(text=messages_as_text(chat, name))
+        return value
+
+    def _reads_plain_text(self) -> bool:
+        tokenizer = self.active_backend.tokenizer
+        return tokenizer is not None and not has_chat_template(tokenizer)
 
     # ---- one input per run --------------------------------------------------------------------
     def batch(self, inputs: list[LanguageModelInput],

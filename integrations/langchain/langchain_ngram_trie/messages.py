@@ -1,4 +1,5 @@
-"""LangChain messages -> the ``{"role", "content"}`` dicts a chat template expects.
+"""LangChain messages -> the ``{"role", "content"}`` dicts a chat template expects (and
+that a model without one reads as plain text, ``role: content`` lines).
 
 The model reads text only: image, audio, video and file blocks raise instead of being
 dropped silently (an answer about a picture the model never saw would be worse than an

@@ -1,6 +1,10 @@
 """LlamaIndex prompts as the model takes them: chat messages for its chat template, or
-one string for a model without one (through the LLM's ``messages_to_prompt`` /
-``completion_to_prompt``, as LlamaIndex expects of any LLM).
+one string for a model without one.
+
+Without a template, chat messages become the plain text every entry point gives such a
+model (:func:`ngram_trie_rag.inputs.messages_as_text`), unless the LLM was given its own
+``messages_to_prompt``; a custom ``completion_to_prompt`` is honoured too, as LlamaIndex
+expects of any LLM.
 """
 
 from __future__ import annotations
@@ -8,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from llama_index.core.base.llms import generic_utils
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.llms.llm import default_completion_to_prompt
+from ngram_trie_rag.inputs import messages_as_text
 
 from .tools import template_messages
 
@@ -23,9 +29,12 @@ def chat_prompt(llm: NGramTrieLLM, messages: Sequence[ChatMessage]) -> Prompt:
     """Messages for the model's chat template, or one string when it has none; earlier
     tool calls and results rewritten into the template's roles (see ``tools``)."""
     messages = template_messages(messages)
-    if not llm.uses_chat_template():
+    chat = [{"role": _role(m.role), "content": m.content or ""} for m in messages]
+    if llm.uses_chat_template():
+        return chat
+    if llm.messages_to_prompt is not generic_utils.messages_to_prompt:  # a caller's own
         return llm.messages_to_prompt(messages)
-    return [{"role": _role(m.role), "content": m.content or ""} for m in messages]
+    return messages_as_text(chat, llm.model_name or "the model")
 
 
 def completion_prompt(llm: NGramTrieLLM, prompt: str, formatted: bool) -> Prompt:
