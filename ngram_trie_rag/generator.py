@@ -49,6 +49,7 @@ __all__ = ["DraftConfig", "GenerationOptions", "GenerationStream", "SpeculativeG
 class _Request:
     """One generation's state: what it decodes, with what, and how far it got."""
 
+    engine: Engine  # runs it from prefill to the last step (chosen when it starts)
     drafter: Drafter
     params: SamplingParams
     rng: torch.Generator | None
@@ -88,7 +89,8 @@ class SpeculativeGenerator:
         out = model.get_output_embeddings()  # the logits' width (may exceed the vocabulary)
         self.logits_width = int(out.weight.shape[0]) if out is not None else self.vocab_size
         self.engine = engine or engine_for(model)
-        self._budget: DraftBudget | None = None  # learned across this generator's calls
+        # learned across this generator's calls, one per engine and kind of curve it runs
+        self._budgets: dict[tuple, DraftBudget] = {}
 
     @classmethod
     def from_pretrained(cls, model: str | os.PathLike | None = None, *, tokenizer: Any = None,
@@ -96,7 +98,7 @@ class SpeculativeGenerator:
                         model_kwargs: dict[str, Any] | None = None,
                         tokenizer_kwargs: dict[str, Any] | None = None,
                         chat_template_kwargs: dict[str, Any] | None = None,
-                        engine: str = "auto",
+                        engine: str = "auto", capacity: int | None = None,
                         **kwargs: Any) -> SpeculativeGenerator:
         """Load a model as Transformers does and wrap it: a hub id (``"Qwen/Qwen2.5-7B-
         Instruct"``), a local folder, a ``.gguf`` file, or ``None`` for the packaged
@@ -105,14 +107,31 @@ class SpeculativeGenerator:
         ``from_pretrained``'s own keywords may be given here directly, as with
         ``AutoModelForCausalLM`` (``device_map="auto"``, ``attn_implementation=...``,
         ``revision=...``): they join ``model_kwargs``. Other keywords are the drafter's
-        (``n``, ``prefix_len``, ``num_draft``, ...). ``engine``: ``auto``, ``eager``,
-        ``static``, ``compiled``, ``uniform`` or ``uniform-compiled`` (see
-        :mod:`~ngram_trie_rag.engine.choice`).
+        (``n``, ``prefix_len``, ``num_draft``, ...).
+
+        ``engine`` picks what runs the forwards (see :mod:`~ngram_trie_rag.engine.choice`):
+
+        - ``"auto"`` (default): eager until the process has answered once, then the
+          compiled engine, compiled in the background, for every request that fits its
+          cache (see :mod:`~ngram_trie_rag.engine.auto`, docs/configuration.md);
+        - ``"eager"``: a cache that grows as it goes, the measured CPU fast paths;
+        - ``"static"``: a preallocated cache, trees padded to fixed sizes, run eagerly;
+        - ``"compiled"``: the static engine's step compiled (``torch.compile``, CUDA
+          graphs on CUDA) in the background while answers run eagerly;
+        - ``"uniform"``: the static engine with every step padded to one size, so in bf16
+          the drafting methods almost always give plain decoding's tokens;
+        - ``"uniform-compiled"``: ``uniform`` with its one step shape compiled on first use.
+
+        ``capacity``: the cache positions a preallocating engine (any but ``eager``)
+        reserves and compiles for, at least
+        :data:`~ngram_trie_rag.engine.engine_names.MIN_CAPACITY`; ``None`` leaves the size
+        to the engine. Both are checked before the weights load, so a typo costs no load.
         """
-        from .engine.choice import check_engine, make_engine
+        from .engine.choice import make_engine
+        from .engine.engine_names import check_capacity, check_engine
         from .loading import DEFAULT_MODEL_NAME, LOADER_KEYS, load_model
 
-        check_engine(engine)
+        check_capacity(capacity, check_engine(engine))
 
         loader = {k: kwargs.pop(k) for k in list(kwargs) if k in LOADER_KEYS}
         config = _draft_config(kwargs)  # an unknown keyword fails before the load
@@ -122,7 +141,7 @@ class SpeculativeGenerator:
                                               tokenizer_kwargs=tokenizer_kwargs)
         name = os.fspath(model) if model is not None else DEFAULT_MODEL_NAME
         return cls(loaded, loaded_tokenizer, config, name=name,
-                   engine=make_engine(loaded, engine),
+                   engine=make_engine(loaded, engine, capacity),
                    chat_template_kwargs=chat_template_kwargs)
 
     def reshaped(self, **changes: Any) -> SpeculativeGenerator:
@@ -145,7 +164,9 @@ class SpeculativeGenerator:
 
     # ---- inputs ---------------------------------------------------------------------
     def encode_prompt(self, prompt: Prompt) -> list[int]:
-        """Prompt -> token ids: a string as-is, chat messages via the chat template."""
+        """Prompt -> token ids: a string as-is, chat messages via the chat template (a
+        model without one reads them as :func:`~ngram_trie_rag.inputs.messages_as_text`
+        writes them)."""
         return encode_prompt(self.tokenizer, prompt, self.vocab_size, self.model_name,
                              self.chat_template_kwargs)
 
@@ -156,19 +177,27 @@ class SpeculativeGenerator:
 
     def drafter(self, prompt_ids: Sequence[int], documents: Sequence[Sequence[int]] | None,
                 method: str | None = None, num_draft: int | None = None,
-                answers: Sequence[Sequence[int]] = ()) -> Drafter:
+                answers: Sequence[Sequence[int]] = (), engine: Engine | None = None
+                ) -> Drafter:
         """The drafter a call would use: over ``documents`` (token ids) or the prompt,
-        and earlier ``answers``, with this generator's budget unless ``num_draft`` pins
-        the tree size."""
+        and earlier ``answers``, with this generator's budget for ``engine`` (the one
+        the request runs on; None: this generator's) unless ``num_draft`` pins the tree
+        size."""
         adaptive = num_draft is None and self.config.adaptive
-        return Drafter.for_request(self.config, prompt_ids, documents,
-                                   budget=self._draft_budget() if adaptive else None,
+        budget = self._draft_budget(engine or self.engine) if adaptive else None
+        return Drafter.for_request(self.config, prompt_ids, documents, budget=budget,
                                    method=method, num_draft=num_draft, answers=answers)
 
-    def _draft_budget(self) -> DraftBudget:
-        if self._budget is None:
-            self._budget = DraftBudget(dict(self.engine.curve.seconds), self.config.num_draft)
-        return self._budget
+    def _draft_budget(self, engine: Engine) -> DraftBudget:
+        """The budget for requests on ``engine``: priced by its own curve (a compiled
+        engine's padded steps cost what its buckets cost), kept across calls."""
+        curve = engine.curve
+        key = (id(engine), curve.source == "compiled")  # a compiling engine's curve changes once
+        budget = self._budgets.get(key)
+        if budget is None:
+            budget = self._budgets[key] = DraftBudget(dict(curve.seconds),
+                                                      self.config.num_draft)
+        return budget
 
     # ---- public API -----------------------------------------------------------------
     def generate(self, prompt: Prompt, documents: Sequence[DraftDocument] | None = None,
@@ -185,7 +214,8 @@ class SpeculativeGenerator:
         """Text deltas as they are verified; ``.result`` once exhausted.
 
         Args:
-            prompt: a string (tokenised as-is), chat messages (chat template applied),
+            prompt: a string (tokenised as-is), chat messages (chat template applied;
+                without one, the plain text of :func:`~ngram_trie_rag.inputs.messages_as_text`),
                 or token ids.
             documents: texts or token ids to draft from (e.g. the retrieved chunks);
                 ``None`` drafts from the prompt itself. The answer is always added.
@@ -208,11 +238,14 @@ class SpeculativeGenerator:
             constraint = compiler_for(self.tokenizer, self.logits_width).constraint(
                 options.grammar)
         docs = self.encode_documents(documents) if documents is not None else None
-        self.engine.load_curve()  # before the stream holds the lock, which a probe takes
+        limit = min(options.max_new_tokens, self.context_window - len(ids))
+        engine = self.engine.choose(len(ids), limit)  # runs the whole request
+        engine.load_curve()  # before the stream holds the lock, which a probe takes
         store = options.answer_store
         drafter = self.drafter(ids, docs, method, options.num_draft,
-                               answers=store.answers() if store is not None else ())
-        stats = GenerationStats(method=method, engine=self.engine.describe().name,
+                               answers=store.answers() if store is not None else (),
+                               engine=engine)
+        stats = GenerationStats(method=method, engine=engine.describe().name,
                                 trie_build_s=drafter.build_s,
                                 trie_tokens=drafter.trie.num_tokens,
                                 draft_source=drafter.source,
@@ -224,8 +257,7 @@ class SpeculativeGenerator:
             rng = torch.Generator(device=self.model.device)
             rng.manual_seed(options.seed if options.seed is not None else torch.seed())
         repeat_n = options.repetition_stop
-        request = _Request(drafter, params, rng,
-                           min(options.max_new_tokens, self.context_window - len(ids)), stats,
+        request = _Request(engine, drafter, params, rng, limit, stats,
                            constraint=constraint,
                            repeats=RepetitionStop(repeat_n) if repeat_n else None)
         keep = None if store is None else (  # the finished answer joins its scope's store
@@ -245,8 +277,9 @@ class SpeculativeGenerator:
 
     def _prefill(self, req: _Request, ids: list[int]) -> Step:
         start = time.perf_counter()
-        req.kv, logits = self.engine.prefill(ids, req.limit)
+        req.kv, logits = req.engine.prefill(ids, req.limit)
         req.stats.prefix_reused = req.kv.reused
+        req.stats.engine = req.kv.ran_on or req.stats.engine
         req.stats.threads_used = req.kv.threads_used  # CPU threads -> steps, as they run
         if req.constraint is not None:
             logits = req.constraint.apply(logits.unsqueeze(0), req.constraint.bitmasks(
@@ -268,11 +301,12 @@ class SpeculativeGenerator:
                 return self._close(req, closing, "length")
             room -= req.reserve
         # the bonus token needs a place too; some RoPE variants cap the depth
-        tree = self._draft(req, min(room - 1, self.engine.depth_room(req.kv.length)))
-        inputs = self.engine.prepare(req.kv, req.last, tree)
+        engine = req.engine
+        tree = self._draft(req, min(room - 1, engine.depth_room(req.kv.length)))
+        inputs = engine.prepare(req.kv, req.last, tree)
         forward_start = time.perf_counter()
         req.stats.draft_s += forward_start - start
-        logits = self.engine.run(req.kv, inputs)
+        logits = engine.run(req.kv, inputs)
         # On an accelerator the forward is still running: host work that does not need
         # its result goes here, before acceptance waits for it.
         host_s = 0.0  # host work in the forward's shadow, not the forward's cost
@@ -282,9 +316,9 @@ class SpeculativeGenerator:
             host_s = time.perf_counter() - masks_start
             req.stats.draft_s += host_s
             logits = req.constraint.apply(logits, allowed, req.params.greedy)
-        tokens, path = self.engine.accept(inputs, tree, logits, req.params, req.rng)
+        tokens, path = engine.accept(inputs, tree, logits, req.params, req.rng)
         seconds = time.perf_counter() - forward_start - host_s
-        self.engine.commit(req.kv, inputs, path)
+        engine.commit(req.kv, inputs, path)
         tokens, finish = self._cut(tokens[:room])  # a drafter may overshoot the limit
         req.stats.draft_sizes.append(len(tree))
         req.stats.accept_lengths.append(len(tokens))
@@ -348,7 +382,9 @@ class SpeculativeGenerator:
                 tokens = tokens + self._close_after_cut(req)
         req.finish = finish
         if finish is not None and req.drafter.budget is not None:  # the steps' timings live on
-            self.engine.refine_curve(req.drafter.budget.refined())
+            req.engine.refine_curve(req.drafter.budget.refined())
+        if finish is not None:
+            self.engine.finished()
         req.stats.decode_s = time.perf_counter() - req.decode_start
         return tokens, finish, req.stats
 

@@ -19,7 +19,7 @@ from hub_cache import loaded_model, model_folder, offline_hub  # noqa: E402, F40
 def generator():
     from ngram_trie_rag import SpeculativeGenerator
 
-    return SpeculativeGenerator.from_pretrained(dtype="float32")
+    return SpeculativeGenerator.from_pretrained(dtype="float32", engine="eager")
 
 
 @pytest.fixture(scope="module")

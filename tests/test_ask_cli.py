@@ -162,7 +162,9 @@ def test_a_chat_follow_up_keeps_the_shared_passages_first_and_reuses_their_cache
 
     monkeypatch.setattr("sys.stdin", io.StringIO(
         f"{QUESTION}\nWhat should I do when the Aurora K3 shows E2?\n"))
-    code = main(["chat", str(SAMPLE), "--json", "--max-new-tokens", "8",
+    # The eager engine: chat's default, auto, would start compiling in the background after
+    # the first answer, minutes of work this test does not need.
+    code = main(["chat", str(SAMPLE), "--json", "--max-new-tokens", "8", "--engine", "eager",
                  "--cache-dir", str(tmp_path / "cache")])
     captured = capsys.readouterr()
     assert code == 0, captured.err

@@ -84,7 +84,7 @@ def test_refined_seconds_are_stored_for_the_next_process(
         cache: Path, fresh: SpeculativeGenerator) -> None:
     default = fresh.engine.curve
     result = fresh.generate(QUESTION, documents=DOCS, max_new_tokens=24)
-    refined = fresh._draft_budget().refined()
+    refined = fresh._draft_budget(fresh.engine).refined()
     assert result.stats.accept_lengths and refined
     curve = fresh.engine.curve
     assert curve.source == "refined" and curve.layouts == default.layouts

@@ -28,19 +28,21 @@ def model():
     return build(tf.LlamaConfig(**SIZE), tf.LlamaForCausalLM)
 
 
-@pytest.mark.parametrize("name", [n for n in ENGINES if n != "auto"])
+@pytest.mark.parametrize("name", ENGINES)
 def test_every_named_engine_implements_the_protocol_and_names_itself(model, name: str) -> None:
     engine = make_engine(model, name)
     assert isinstance(engine, Engine)
     info = engine.describe()
     assert info.name == name
-    assert info.compiled == name.endswith("compiled")
+    assert info.compiled == name.endswith("compiled")  # auto: not before its compile
     assert info.forward in ("llama-step", "modules")
     assert name in info.label()
+    chosen = engine.choose(12, 8)  # what a request runs on: itself, or auto's choice
+    assert chosen is engine or (name == "auto" and chosen is make_engine(model, "eager"))
 
 
-def test_auto_is_the_eager_engine(model) -> None:
-    assert make_engine(model, "auto") is make_engine(model, "eager")
+def test_auto_chooses_the_eager_engine_before_any_answer(model) -> None:
+    assert make_engine(model, "auto").choose(12, 8) is make_engine(model, "eager")
 
 
 def test_engines_with_nothing_to_compile_warm_up_in_no_time(model) -> None:

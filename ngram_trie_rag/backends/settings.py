@@ -28,7 +28,7 @@ BACKENDS = ("local", "vllm")
 ONLY_FOR: dict[Place, tuple[str, ...]] = {
     "local": ("generator", "tokenizer", "device", "dtype", "model_kwargs", "tokenizer_kwargs",
               "chat_template_kwargs", "n", "prefix_len", "num_draft", "method",
-              "repetition_stop", *ANSWER_SETTINGS),
+              "repetition_stop", "engine", "capacity", *ANSWER_SETTINGS),
     "vllm": ("vllm_engine_args", "num_speculative_tokens"),
     "vllm-server": (),
 }
@@ -68,7 +68,9 @@ class BackendSettings:
     """What a wrapper knows about where its calls run (core names; see the wrappers'
     field docs). ``model``: a hub id, folder or ``.gguf`` path, or a loaded model (with
     ``tokenizer``, a loaded one or a name); ``generator``: an already built
-    ``SpeculativeGenerator``, used as is."""
+    ``SpeculativeGenerator``, used as is (its own engine); ``engine`` and ``capacity``:
+    what runs a generator built here (see
+    :meth:`~ngram_trie_rag.generator.SpeculativeGenerator.from_pretrained`)."""
 
     model: Any = None
     backend: str = "local"
@@ -85,6 +87,8 @@ class BackendSettings:
     chat_template_kwargs: Mapping[str, Any] | None = None
     n: int = 13
     prefix_len: int = 3
+    engine: str = "auto"
+    capacity: int | None = None
     generator: Any = None
     backend_was_set: bool = False
 
@@ -112,6 +116,7 @@ def open_backend(settings: BackendSettings) -> Backend:
             return shared_generator(settings.model, device=settings.device,
                                     dtype=settings.dtype, n=settings.n,
                                     prefix_len=settings.prefix_len,
+                                    engine=settings.engine, capacity=settings.capacity,
                                     model_kwargs=settings.model_kwargs,
                                     tokenizer_kwargs=settings.tokenizer_kwargs,
                                     chat_template_kwargs=settings.chat_template_kwargs)
@@ -140,7 +145,8 @@ def _own_generator(settings: BackendSettings) -> Any:
     """A generator over a model the caller loaded, or one loaded here with a tokenizer the
     caller chose (given, or loaded by name): not shared through the process-wide cache,
     which is keyed by names. Generators over one model object still share its engine
-    (lock, forwards, latency curve)."""
+    (lock, forwards, latency curve): the one ``settings.engine`` names."""
+    from ..engine.choice import make_engine
     from ..generator import SpeculativeGenerator
     from ..loading import load_model
 
@@ -149,4 +155,5 @@ def _own_generator(settings: BackendSettings) -> Any:
                                   model_kwargs=settings.model_kwargs,
                                   tokenizer_kwargs=settings.tokenizer_kwargs)
     return SpeculativeGenerator(model, tokenizer, n=settings.n, prefix_len=settings.prefix_len,
+                                engine=make_engine(model, settings.engine, settings.capacity),
                                 chat_template_kwargs=dict(settings.chat_template_kwargs or {}))

@@ -42,7 +42,8 @@ class RunConfig:
     warmup: int = 1  # warm-up rounds (one short generation per method each), not recorded
     background_load: int = 0  # CPU-spinning processes running beside the whole run
     calibrate: bool = False  # measure the latency curve first (else the stored or probed one)
-    engine: str = "auto"  # auto, eager, static or compiled (ngram_trie_rag.engine.choice)
+    engine: str = "auto"  # one of engine_names.ENGINES (ngram_trie_rag.engine.choice)
+    capacity: int | None = None  # cache positions a preallocating engine reserves; None: sized
     command: str | None = None  # the command line, for the record; None = sys.argv
 
     def __post_init__(self) -> None:
@@ -56,9 +57,9 @@ class RunConfig:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
         if self.background_load < 0:
             raise ValueError(f"background_load must be >= 0, got {self.background_load}")
-        from ..engine.choice import check_engine
+        from ..engine.engine_names import check_capacity, check_engine
 
-        check_engine(self.engine)
+        check_capacity(self.capacity, check_engine(self.engine))
         _check_positive(max_new_tokens=self.max_new_tokens)
 
 

@@ -3,7 +3,9 @@ error up front.
 
 ``type=int`` takes ``--k -3`` or ``--max-new-tokens 0`` and leaves the handler to fail on
 them later, sometimes after minutes of indexing or model loading; these refuse them while
-the command line is parsed, in argparse's one line naming the flag.
+the command line is parsed, in argparse's one line naming the flag. The flags every
+command that runs a model shares (``--model``, ``--device``, ``--dtype``; ``--engine``,
+``--capacity``) are added here too, so they are spelled and checked alike.
 """
 
 from __future__ import annotations
@@ -87,3 +89,46 @@ def add_model_flags(parser: argparse.ArgumentParser, *, dtype_default: str | Non
     parser.add_argument("--dtype", choices=DTYPES, default=dtype_default,
                         help=f"auto: the model's own (default: {default}; fp32 is what greedy "
                         "exactness is checked in)")
+
+
+def capacity_positions(text: str) -> int:
+    """``--capacity``'s cache positions: an integer of at least the engines' minimum."""
+    from ..engine.engine_names import check_capacity
+
+    value = _int(text)
+    try:
+        check_capacity(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def add_engine_flags(parser: argparse.ArgumentParser, *, note: str = "") -> None:
+    """``--engine`` and ``--capacity``, spelled and read alike by every command that runs
+    the local engine (``from_pretrained(engine=..., capacity=...)``); ``note`` ends the
+    help of ``--engine`` with what the command does with it."""
+    from ..engine.engine_names import ENGINES, MIN_CAPACITY
+
+    parser.add_argument("--engine", choices=ENGINES, default="auto",
+                        help="what runs the forwards: auto (the engine's own choice for the "
+                        "device; default), eager (a cache that grows as it goes), static "
+                        "(a preallocated cache, trees padded to fixed sizes), compiled "
+                        "(static, its step compiled in the background), uniform (static, "
+                        "every step one size), uniform-compiled (that size compiled)"
+                        + (f"; {note}" if note else ""))
+    parser.add_argument("--capacity", type=capacity_positions, default=None, metavar="N",
+                        help=f"cache positions (at least {MIN_CAPACITY}) a preallocating "
+                        "engine (any but eager) reserves and compiles for (default: the "
+                        "engine's own size)")
+
+
+def engine_flags(args: argparse.Namespace) -> tuple[str, int | None]:
+    """``(--engine, --capacity)``, or a ValueError when the capacity does not fit the
+    engine (argparse checks each flag alone, not the two together)."""
+    from ..engine.engine_names import check_capacity
+
+    try:
+        return args.engine, check_capacity(args.capacity, args.engine)
+    except ValueError as exc:
+        raise ValueError(f"--capacity {args.capacity} with --engine {args.engine}: {exc}"
+                         ) from None

@@ -31,10 +31,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..decoding.repetition import DEFAULT_N
-from .arguments import add_model_flags, positive_int, repetition_window
+from .arguments import (
+    add_engine_flags,
+    add_model_flags,
+    engine_flags,
+    positive_int,
+    repetition_window,
+)
 from .errors import first_line, run_guarded
 from .limits import add_limit_flags
-from .resident import DEFAULT_KEEP_ALIVE, KEEP_ALIVE_ENV, keep_alive_seconds
+from .resident import DEFAULT_KEEP_ALIVE, KEEP_ALIVE_ENV, in_worker, keep_alive_seconds
 
 if TYPE_CHECKING:
     from ..backends import Answer, Delta, Request
@@ -63,6 +69,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        + ("; the question comes last" if name == "ask" else ""))
         add_model_flags(p, what="the model that answers (one without a chat template "
                         "gets a completion prompt)")
+        add_engine_flags(p, note="auto is eager, --capacity unused, where an ask answers "
+                         "in its own process (--keep-alive 0), which would never collect "
+                         "what compiling costs" if name == "ask" else "")
         p.add_argument("--k", type=positive_int, default=4, help="passages given to the model")
         p.add_argument("--candidates", type=positive_int, default=20,
                        help="passages retrieved before reranking")
@@ -146,8 +155,18 @@ def _run_chat(args: argparse.Namespace) -> int:
 def _answer_once(args: argparse.Namespace, docs: list[str], question: str) -> int:
     if not question.strip():
         raise AskError("the question is empty: ask something about the documents")
-    Session(args, docs).answer(question)
+    Session(args, docs, one_shot=True).answer(question)
     return 0
+
+
+def one_shot_engine(engine: str, capacity: int | None) -> tuple[str, int | None]:
+    """The engine (and capacity) of one ``ask``: ``auto`` is ``eager``, which sizes no
+    cache, unless a resident worker answers. A process that answers one question and
+    exits pays for whatever compiling ``auto`` starts and never runs the compiled step;
+    a worker answers the next asks with it."""
+    if engine == "auto" and not in_worker():
+        return "eager", None
+    return engine, capacity
 
 
 @dataclass
@@ -161,9 +180,11 @@ class RerankChoice:
 
 
 class Session:
-    """A loaded model and retriever, answering questions one by one."""
+    """A loaded model and retriever, answering questions one by one; ``one_shot``: it
+    answers one question (see :func:`one_shot_engine`)."""
 
-    def __init__(self, args: argparse.Namespace, docs: list[str]) -> None:
+    def __init__(self, args: argparse.Namespace, docs: list[str],
+                 one_shot: bool = False) -> None:
         from ..backends import LocalBackend
         from ..loading import model_source
         from ..retrieval import Embedder, load_or_build
@@ -178,6 +199,9 @@ class Session:
                 raise AskError(f"{d}: no such file or folder")
         if args.k < 1 or args.candidates < 1 or args.max_new_tokens < 1:
             raise AskError("--k, --candidates and --max-new-tokens must be at least 1")
+        engine, capacity = engine_flags(args)  # before minutes of indexing
+        if one_shot:
+            engine, capacity = one_shot_engine(engine, capacity)
         if args.model is not None:  # a bad path or id fails before minutes of indexing
             model_source(args.model)
         # Documents first: a bad folder should fail before the model is loaded.
@@ -193,8 +217,9 @@ class Session:
         with self.timed("load"):
             # The process's one generator for these settings: a resident worker's later
             # requests find it loaded.
-            self.backend = LocalBackend(shared_generator(args.model, device=args.device,
-                                                         dtype=args.dtype))
+            self.backend = LocalBackend(shared_generator(
+                args.model, device=args.device, dtype=args.dtype,
+                engine=engine, capacity=capacity))
             # The embedder loads lazily: loaded here, its second does not count as retrieval.
             self.retriever.embedder.load()
             self.rerank = self._choose_reranker()

@@ -10,8 +10,8 @@ from typing import Any
 from ..bench.config import CONSTRAINED_METHODS, METHODS, TREE_METHODS, BenchConfig, SweepConfig
 from ..bench.data import EXPECTED_SHAPES, DataFormatError
 from ..bench.report import bench_table, sweep_tables, write_json
-from ..engine.engine_names import ENGINES
-from .arguments import add_model_flags, int_list
+from ..engine.engine_names import ENGINES, MIN_CAPACITY
+from .arguments import add_model_flags, capacity_positions, int_list
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
@@ -38,7 +38,11 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                         "graphs; each prompt's shapes compiled before it is timed, the "
                         "seconds reported as compile_s), uniform (static, every step 32 "
                         "nodes: bf16 methods almost always agree), uniform-compiled, "
-                        "auto (the engine's choice: eager; default)")
+                        "auto (the engine's own choice for the device; default)")
+    p.add_argument("--capacity", type=capacity_positions, default=None, metavar="N",
+                   help=f"cache positions (at least {MIN_CAPACITY}) a preallocating engine "
+                        "(any but eager) reserves and compiles for (default: the engine's "
+                        "own; the static engines reserve the longest prompt's)")
     p.add_argument("--background-load", type=int, default=0, metavar="N",
                    help="run N CPU-spinning processes beside the whole run, to measure "
                         "on a busy host (default 0)")
@@ -115,7 +119,7 @@ def _common(args: argparse.Namespace) -> dict:
             "model": args.model, "dtype": args.dtype, "device": args.device,
             "threads": args.threads, "warmup": args.warmup,
             "background_load": args.background_load, "calibrate": args.calibrate,
-            "engine": args.engine}
+            "engine": args.engine, "capacity": args.capacity}
 
 
 def bench_config(args: argparse.Namespace) -> BenchConfig:
@@ -177,10 +181,26 @@ def _run(config: Callable[[], Any], run: Callable[..., dict], report: Callable[[
         return 2
     try:
         with background_load(cfg.background_load):
-            results = run(cfg, progress=not args.no_progress)
+            results = run(cfg, _with_capacity(cfg), progress=not args.no_progress)
     except (DataFormatError, FileNotFoundError, ModelNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     report(results)
     return 0
 
+
+
+def _with_capacity(cfg: Any) -> Any:
+    """The generator of a run whose engine has a fixed ``capacity`` (``None``: the runner
+    loads its own, sized as it reserves): loaded here with it, after the thread count is
+    set, as the runner would."""
+    if cfg.capacity is None:
+        return None
+    import torch
+
+    from ..generator import SpeculativeGenerator
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    return SpeculativeGenerator.from_pretrained(cfg.model, device=cfg.device, dtype=cfg.dtype,
+                                                engine=cfg.engine, capacity=cfg.capacity)

@@ -6,6 +6,12 @@ quick probe of two forwards and refines it from its own steps. The full measurem
 forward size in every variant and picks the fastest linear layout and attention per
 size, which the probe cannot; every later process on this machine uses it as stored.
 ``--show`` prints the stored curve and where its seconds came from, measuring nothing.
+
+With ``--engine`` naming an engine that compiles its step (``auto``, ``compiled``,
+``uniform-compiled``), the step's shapes are compiled too, once, for a one-token prompt
+(``--capacity`` sizes the cache they are compiled for): what compiling produced is kept in
+the store of compiled steps, so a later process that runs that engine only traces.
+``--clear-compiled`` empties that store and does nothing else.
 """
 
 from __future__ import annotations
@@ -14,8 +20,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from .arguments import add_model_flags
+from .arguments import add_engine_flags, add_model_flags, engine_flags
+
+EAGER_ENGINES = ("eager", "static", "uniform")  # engines with no compiled step
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -26,16 +35,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "draft budget's cost curve and the fastest variant per size) and "
                     "store the result for every later run on this machine.")
     add_model_flags(p)
+    add_engine_flags(p, note="after the curve, an engine that compiles (auto, compiled, "
+                     "uniform-compiled) compiles its step's shapes")
     p.add_argument("--show", action="store_true",
                    help="print the stored curve and its source; measure nothing")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--clear-compiled", action="store_true",
+                   help="delete every stored compiled step (<cache>/compiled) and exit")
     p.set_defaults(func=cmd_calibrate)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.clear_compiled:
+        return _clear_compiled()
     from ..engine import engine_for
     from ..loading import load_model
 
+    engine_name, capacity = engine_flags(args)  # before the load
     model, _ = load_model(args.model, device=args.device, dtype=args.dtype)
     engine = engine_for(model)
     if args.show:
@@ -48,8 +64,38 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if path is None:
             print("warning: the latency cache is not writable; the curve was not stored",
                   file=sys.stderr)
-    print(json.dumps(_document(curve, path)) if args.json else _table(curve, path))
+    compiled = None if args.show else _compile_step(model, engine_name, capacity)
+    if args.json:
+        print(json.dumps({**_document(curve, path), "compile": compiled}))
+        return 0
+    print(_table(curve, path))
+    if compiled is not None:
+        print(f"compiled the {compiled['engine']} engine's step shapes in "
+              f"{compiled['seconds']:.1f} s")
     return 0
+
+
+def _clear_compiled() -> int:
+    from ..engine.compiling import artifacts
+
+    count = artifacts.clear()
+    print(f"deleted {count} stored compiled step set(s) from {artifacts.store_dir()}")
+    return 0
+
+
+def _compile_step(model: Any, name: str, capacity: int | None) -> dict | None:
+    """Compile the step shapes of engine ``name``: ``{"engine", "seconds"}``, or
+    ``None`` when it has none to compile here (``auto`` where it stays eager). The
+    engine stores what it compiles, so the seconds are paid here rather than by the
+    first answers of a later process."""
+    if name in EAGER_ENGINES:
+        return None
+    from ..engine.choice import make_engine
+
+    seconds = make_engine(model, name, capacity).warm_up([1], 1)
+    if seconds == 0.0:  # the engine's word for "nothing to do"
+        return None
+    return {"engine": name, "seconds": round(seconds, 3)}
 
 
 def _document(curve, path: Path | None) -> dict:

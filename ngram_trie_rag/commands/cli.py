@@ -15,6 +15,21 @@ from collections.abc import Sequence
 
 from .errors import DEBUG_FLAG, OneLineParser, exit_code, run_guarded, split_debug
 
+# Commands that run long enough to compile, and show it: each step shape, with seconds.
+PROGRESS_COMMANDS = ("bench", "calibrate", "chat", "serve")
+
+
+def show_compile_progress() -> None:
+    """The engine's compile progress (its log at INFO) on stderr, one line each."""
+    import logging
+
+    logger = logging.getLogger("ngram_trie_rag.engine")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("ngram-trie-rag: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
@@ -62,6 +77,8 @@ def main(argv: Sequence[str] | None = None, *, resident: bool = False) -> int:
     except SystemExit as exc:  # --help, or a usage error already printed in one line
         return exit_code(exc)
     args.debug = debug or args.debug  # handlers that catch errors themselves read it too
+    if args.command in PROGRESS_COMMANDS:
+        show_compile_progress()
     if resident and args.command == "ask":
         return run_guarded(lambda: _ask_resident(raw, args), debug=args.debug)
     return run_guarded(lambda: args.func(args), debug=args.debug)
@@ -75,7 +92,7 @@ def _ask_resident(raw: list[str], args: argparse.Namespace) -> int:
         else args.keep_alive
     if keep_alive == 0 or not resident.AVAILABLE:
         return args.func(args)
-    key = resident.worker_key(args.model, args.device, args.dtype)
+    key = resident.worker_key(args.model, args.device, args.dtype, args.engine, args.capacity)
     return resident.ask(raw, key, keep_alive, quiet=args.json)
 
 

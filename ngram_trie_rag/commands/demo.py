@@ -69,7 +69,8 @@ def run_demo(question: str = DEFAULT_QUESTION, max_new_tokens: int = 128,
 
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     say(f"Loading {model or 'the packaged model (SmolLM2-135M-Instruct)'} ...")
-    gen = SpeculativeGenerator.from_pretrained(model, device=device, dtype=dtype)
+    # eager: a one-shot process never collects what compiling costs (see engine.auto)
+    gen = SpeculativeGenerator.from_pretrained(model, device=device, dtype=dtype, engine="eager")
     gen.engine.reuse_prefixes(False)  # each method prefills the whole prompt, as generate
     say(f"Indexing the bundled documents in {sample_docs_dir()} ...")
     retriever = Retriever.build(sample_docs_dir(), progress=False, top_n=top_n)

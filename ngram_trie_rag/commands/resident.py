@@ -10,10 +10,12 @@ straight to the terminal (streaming, colours and exit code as if in-process), an
 for the exit code.
 
 A worker serves one user (its socket lives in a folder only that user can open), one
-model (the key below: model, device, dtype, the Python and package it runs, and the
-environment that changes how models load), and one request at a time. When the client
-goes away mid-answer (Ctrl-C, a killed shell), the worker exits rather than write into
-a terminal nobody reads; the next ask starts a new one.
+model (the key below: model, device, dtype, engine and capacity, the Python and package
+it runs, and the environment that changes how models load), and one request at a time.
+When the client goes away mid-answer (Ctrl-C, a killed shell), the worker exits rather
+than write into a terminal nobody reads; the next ask starts a new one. A worker runs
+``--engine auto`` as asked; an ``ask`` that answers in its own process runs it as
+``eager`` (see :func:`in_worker`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ HEADER = struct.Struct("!Q")  # the request's length, then the request as JSON
 # Unix sockets that carry file descriptors: Linux and macOS; elsewhere ``ask`` answers in
 # its own process.
 AVAILABLE = os.name == "posix" and hasattr(socket, "send_fds")
+_IN_WORKER = False  # set once, by the worker process (become_worker)
 
 
 class ResidentError(OSError):
@@ -66,13 +69,33 @@ def keep_alive_seconds(text: str | None) -> float:
     return value
 
 
-def worker_key(model: str | None, device: str | None, dtype: str | None) -> str:
-    """What a worker must share with this process to answer exactly as it would."""
+def become_worker() -> None:
+    """Mark this process as a resident worker: it answers ask after ask, so an engine
+    that compiles its step gets to run it (see :func:`in_worker`)."""
+    global _IN_WORKER
+    _IN_WORKER = True
+
+
+def in_worker() -> bool:
+    """Whether this process is a resident worker, rather than one that answers once."""
+    return _IN_WORKER
+
+
+def worker_key(model: str | None, device: str | None, dtype: str | None,
+               engine: str = "auto", capacity: int | None = None) -> str:
+    """What a worker must share with this process to answer exactly as it would: a
+    worker holds its engine's compiled shapes and preallocated cache, so another engine
+    or capacity gets a worker of its own. A capacity that does not fit the engine is a
+    ValueError here, before a worker starts."""
+    from ..engine.engine_names import check_capacity, check_engine
+
+    check_capacity(capacity, check_engine(engine))
     if model is not None and Path(model).expanduser().exists():
         model = str(Path(model).expanduser().resolve())
     env = sorted((k, v) for k, v in os.environ.items()
                  if k.startswith(ENV_PREFIXES) and k not in ENV_IGNORED)
-    payload = [model, device, dtype, sys.executable, _package_fingerprint(), env]
+    payload = [model, device, dtype, engine, capacity, sys.executable,
+               _package_fingerprint(), env]
     return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:20]
 
 

@@ -19,13 +19,14 @@ import sys
 import threading
 from pathlib import Path
 
-from .resident import HEADER
+from .resident import HEADER, become_worker
 
 MAX_FDS = 2  # the client's stdout and stderr
 
 
 def main(argv: list[str]) -> int:
     sock_path, lock_path, keep_alive = Path(argv[0]), Path(argv[1]), float(argv[2])
+    become_worker()  # its asks keep the engine the user named ("auto" included)
     lock = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -13,13 +13,14 @@
 - ``uniform-compiled``: ``uniform`` with its one step shape compiled, on first use inside
   the request (not in the background: an answer switching from eager to compiled kernels
   would depend in bf16 on when the compile finished).
-- ``auto``: the engine's own choice, ``eager``. On a 2-core CPU the compiled step decodes
-  2.0-2.5x faster than the eager engine once its shapes are compiled (docs/gpu.md), but
-  compiling takes minutes per cache size, and the answers meanwhile run on the static
-  engine's eager path, slower than the eager engine's: a one-shot process would pay
-  and never collect, so ``compiled`` is for a process that warms up at start-up. On a
-  GPU the compiled step is the one built for it, but until it is measured there ``auto``
-  stays ``eager`` too (docs/gpu.md).
+- ``auto``: the eager engine until the process has answered once, then the compiled
+  engine for every request that fits its cache once its shapes are compiled in the
+  background (:mod:`~ngram_trie_rag.engine.auto`); the eager engine throughout where the
+  compiled one does not apply.
+
+``capacity`` sizes the cache of the engines that preallocate one (every name but
+``eager``): the positions a request's prompt and answer may fill, and for a compiling
+engine the one cache size it compiles for.
 """
 
 from __future__ import annotations
@@ -27,25 +28,28 @@ from __future__ import annotations
 import torch
 
 from .eager import engine_for
-from .engine_names import ENGINES, UNIFORM_NODES
+from .engine_names import UNIFORM_NODES, check_capacity, check_engine
 from .protocol import Engine
 
-
-def check_engine(name: object) -> str:
-    """``name`` when it is one of :data:`ENGINES`, else a ValueError naming them."""
-    if name not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {name!r}")
-    return str(name)
+__all__ = ["check_engine", "make_engine"]
 
 
-def make_engine(model: torch.nn.Module, name: str) -> Engine:
-    """The engine ``name`` for ``model``; generators naming the same one share it."""
-    if check_engine(name) in ("auto", "eager"):
+def make_engine(model: torch.nn.Module, name: str = "auto",
+                capacity: int | None = None) -> Engine:
+    """The engine ``name`` for ``model`` (a cache of ``capacity`` positions where it
+    preallocates one); generators naming the same one share it."""
+    capacity = check_capacity(capacity, check_engine(name))
+    if name == "eager":
         return engine_for(model)
+    if name == "auto":
+        from .auto import auto_engine_for
+
+        return auto_engine_for(model, capacity)
     from .static_engine import static_engine_for
 
     if name == "uniform":
-        return static_engine_for(model, uniform=UNIFORM_NODES)
+        return static_engine_for(model, uniform=UNIFORM_NODES, capacity=capacity)
     if name == "uniform-compiled":
-        return static_engine_for(model, compiled=True, uniform=UNIFORM_NODES, background=False)
-    return static_engine_for(model, compiled=name == "compiled")
+        return static_engine_for(model, compiled=True, uniform=UNIFORM_NODES, background=False,
+                                 capacity=capacity)
+    return static_engine_for(model, compiled=name == "compiled", capacity=capacity)

@@ -95,6 +95,13 @@ class EagerEngine(CurveVerbs):
         where RoPE rebuilds the cache)."""
         self.prefixes.enabled = enabled and self._rope_limit is None
 
+    def choose(self, prompt_len: int, new_tokens: int) -> EagerEngine:
+        """Every request runs here."""
+        return self
+
+    def finished(self) -> None:
+        """Nothing to learn from a finished request."""
+
     def warm_up(self, prompt_lengths: Sequence[int], new_tokens: int,
                 timeout: float | None = None) -> float:
         """Nothing to compile: the cache grows as it goes. 0.0 seconds."""

@@ -41,6 +41,9 @@ class KV:
     ids: list[int] = field(default_factory=list)
     reused: int = 0  # prompt rows taken from the previous request's cache
     threads_used: dict[int, int] = field(default_factory=dict)  # CPU threads -> steps
+    # what its steps run on, where not the engine's own name (a compiling engine's steps
+    # run eagerly until its shapes are ready: "static" or "uniform")
+    ran_on: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,8 @@ class StepInputs:
 class EngineInfo:
     """What an engine is, for reports, stats and answers' metadata.
 
-    ``name``: one of :data:`~ngram_trie_rag.engine.engine_names.ENGINES` but ``auto``.
+    ``name``: one of :data:`~ngram_trie_rag.engine.engine_names.ENGINES` (``auto`` only
+    for the engine that chooses between two; a request names the one it ran on).
     ``compiled``: its steps run compiled once their shapes are ready. ``forward``: what
     computes a step (``"llama-step"``, the direct Llama step; ``"modules"``, the model's
     own). ``layouts``: forward rows -> linear layout, where not the stock one."""
@@ -130,6 +134,17 @@ class Engine(Protocol):
         ...
 
     # ---- a request ---------------------------------------------------------------------
+    def choose(self, prompt_len: int, new_tokens: int) -> Engine:
+        """The engine that runs a request of ``prompt_len`` tokens adding at most
+        ``new_tokens``, from its prefill to its last step: itself, or for an engine
+        that chooses (``auto``) one of those it chooses between. The request then calls
+        that engine's verbs, and its stats name it."""
+        ...
+
+    def finished(self) -> None:
+        """A request ended (what an engine may learn from: ``auto`` starts compiling)."""
+        ...
+
     def depth_room(self, past_len: int) -> int:
         """The deepest draft a step at ``past_len`` cached tokens verifies exactly."""
         ...

@@ -60,6 +60,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
+import statistics
 import sys
 import threading
 import time
@@ -74,8 +76,10 @@ import torch
 
 from ..drafting.draft_tree import DraftTree
 from .acceptance import DeviceTree, accept_step
-from .compiling.background_compile import BackgroundCompiler
+from .compiling import artifacts
+from .compiling.background_compile import BackgroundCompiler, check_not_stopping
 from .compiling.cudagraph_threads import cudagraph_trees_for_this_thread
+from .costs.bucket_curve import bucket_curve
 from .costs.curve_cache import CurveVerbs, ModelCurve
 from .costs.latency import LatencyCurve, sync_device
 from .cpu import gqa_attention, linear_layout
@@ -92,6 +96,8 @@ DEFAULT_MAX_NEW_TOKENS = 1024
 CAPACITY_STEP = 256  # cache sizes are rounded up to a multiple of this
 MAX_CAPACITIES = 16  # cache sizes an engine keeps compiled graphs for
 _BOOL_MASK_ATTENTION = (None, "sdpa", gqa_attention.NAME)  # SDPA reads a boolean mask
+TIMED_RUNS = 5  # runs per compiled step shape when its cost is measured (the median kept)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -163,7 +169,7 @@ class StaticEngine(CurveVerbs):
         self.uniform = uniform
         self.capacity = capacity
         self.max_new_tokens = max_new_tokens
-        if compiled and model.device.type == "cpu" and not _cpp_compiler():
+        if compiled and model.device.type == "cpu" and not cpp_compiler():
             print("ngram-trie-rag: no C++ compiler on this host, which torch.compile needs on "
                   "a CPU: the static engine runs its steps eagerly", file=sys.stderr)
             compiled = False
@@ -185,6 +191,9 @@ class StaticEngine(CurveVerbs):
         self.transposed_rows = None if transposed_rows is None else frozenset(transposed_rows)
         self._layout_lock = threading.Lock()
         self._compiler = None  # compiles a cache size's shapes off the request path
+        # padded node count -> seconds of a compiled step, measured once its shapes are
+        # compiled (or stored from an earlier process): what its draft budgets read
+        self.compiled_costs: dict[int, float] | None = None
         if compiled:
             config = torch._dynamo.config
             # Dynamo keeps a code object's graphs in one list with a length limit, so each
@@ -200,7 +209,8 @@ class StaticEngine(CurveVerbs):
                 mode="reduce-overhead" if self._cudagraphs else None)
             if background:
                 self._compiler = BackgroundCompiler(self._compile_shapes,
-                                                    "static engine's step shapes")
+                                                    "static engine's step shapes",
+                                                    busy=lambda: self.lock.locked())
 
     def describe(self) -> EngineInfo:
         """Its name from how it was built; the modules; the rows whose compiled linear
@@ -210,6 +220,34 @@ class StaticEngine(CurveVerbs):
             name = "uniform-compiled" if self.uniform is not None else "compiled"
         rows = sorted(self.transposed_rows or ()) if self.compiled else []
         return EngineInfo(name, self.compiled, "modules", dict.fromkeys(rows, "transposed"))
+
+    @property
+    def curve(self) -> LatencyCurve:
+        """The compiled steps' own costs once known (flat across each bucket, see
+        :mod:`~ngram_trie_rag.engine.costs.bucket_curve`); until then, and for an engine
+        that does not compile, the modules' stored curve."""
+        if self.compiled_costs:
+            return bucket_curve(self.compiled_costs)
+        return self.costs.curve
+
+    def compiled_ready(self, capacity: int) -> bool:
+        """Whether requests with a ``capacity``-position cache run compiled now."""
+        if self._compiled_fn is None:
+            return False
+        return self._compiler is None or self._compiler.ready(capacity)
+
+    def request_compile(self, capacity: int) -> None:
+        """Ask for a ``capacity``-position cache's shapes, compiled in the background
+        (compiling engines only; see :meth:`compile_for` to wait for them)."""
+        if self._compiler is not None:
+            self._compiler.request(capacity)
+
+    def choose(self, prompt_len: int, new_tokens: int) -> StaticEngine:
+        """Every request runs here."""
+        return self
+
+    def finished(self) -> None:
+        """Nothing to learn from a finished request."""
 
     def reuse_prefixes(self, enabled: bool) -> None:
         """Never: each request prefills its whole prompt into the preallocated cache."""
@@ -302,6 +340,8 @@ class StaticEngine(CurveVerbs):
                 # pool and synchronisations are process-wide): eager until that is done
                 compiled = False
         kv = StaticKV(cache, len(ids), list(ids), compiled=compiled, columns=self._columns)
+        if self.compiled and not compiled:  # its steps run eagerly: say so in its stats
+            kv.ran_on = "uniform" if self.uniform is not None else "static"
         return kv, out.logits[0, -1]
 
     # ---- compiling --------------------------------------------------------------------
@@ -339,26 +379,71 @@ class StaticEngine(CurveVerbs):
     def _compile_shapes(self, capacity: int) -> None:
         """Call the compiled step once per shape of a ``capacity``-position cache, on
         scratch inputs made as a request's are (its own cache and staging buffer, so it
-        runs beside a request without touching its state, and hits the same guards)."""
+        runs beside a request without touching its state, and hits the same guards);
+        then time each shape (unless an earlier process stored the times). What compiling
+        produced is taken from, and given to, the store of compiled steps
+        (:mod:`~ngram_trie_rag.engine.compiling.artifacts`). Progress goes to the log."""
         device = self.model.device
         staging = Staging(device)
+        sizes = self.step_sizes()
+        stored = artifacts.load(self.artifact_key(capacity))
+        if stored is not None:  # the layout the stored graphs bake in, unless chosen here
+            with self._layout_lock:
+                if self.transposed_rows is None:
+                    self.transposed_rows = stored.transposed_rows
         self._choose_layout()
+        log.info("compiling %d step shapes for a %d-position cache (%s)", len(sizes), capacity,
+                 "from the stored compile" if stored is not None else "first compile here")
         if self._cudagraphs:
             cudagraph_trees_for_this_thread()
         on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+        started = time.perf_counter()
         with on_device, torch.inference_mode():  # a thread starts on CUDA device 0
             cache = self._new_cache(capacity)
             self.model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device),
                        **{self._keyword: cache}, use_cache=True, logits_to_keep=1)
             kv = StaticKV(cache, 1, [0], columns=torch.arange(capacity, device=device))
-            for size in self.step_sizes():
-                tree = DraftTree(np.arange(2, 2 + size), np.arange(-1, size - 1),
-                                 np.arange(1, size + 1))  # a chain of `size` nodes
-                inputs = self._prepare(kv, 0, tree, staging)
-                self._compiled_fn(inputs.ids, inputs.positions, inputs.mask, cache)
-                sync_device(device)
-                for layer in cache.layers:  # the next shape writes at position 1 again
-                    layer.cumulative_length.fill_(1)
+            for i, size in enumerate(sizes, 1):
+                check_not_stopping()  # the interpreter is exiting: no new shape
+                start = time.perf_counter()
+                self._scratch_step(kv, size, staging)
+                log.info("compiled step shape %d/%d (%d draft nodes) in %.1f s", i, len(sizes),
+                         size, time.perf_counter() - start)
+            check_not_stopping()
+            costs = stored.costs if stored is not None and stored.costs else {
+                size: self._time_step(kv, size, staging) for size in sizes}
+        self.compiled_costs = costs
+        log.info("compiled %d step shapes in %.1f s; step costs (ms): %s", len(sizes),
+                 time.perf_counter() - started,
+                 ", ".join(f"{q}: {s * 1e3:.1f}" for q, s in sorted(costs.items())))
+        if stored is None or stored.transposed_rows != self.transposed_rows:
+            artifacts.save(self.artifact_key(capacity), costs, sorted(self.transposed_rows))
+
+    def artifact_key(self, capacity: int) -> str:
+        """The key of this engine's compiled steps for a ``capacity``-position cache in
+        the store of compiled steps."""
+        return artifacts.artifact_key(self.model, capacity, self.step_sizes(),
+                                      "cudagraphs" if self._cudagraphs else "inductor")
+
+    def _scratch_step(self, kv: StaticKV, size: int, staging: Staging) -> float:
+        """One compiled step of ``size`` padded nodes on scratch state (a chain of
+        ``size`` nodes after one cached token, written at position 1 again each time);
+        the seconds of its forward, as a request's step is timed (inputs prepared)."""
+        tree = DraftTree(np.arange(2, 2 + size), np.arange(-1, size - 1),
+                         np.arange(1, size + 1))  # a chain of `size` nodes
+        inputs = self._prepare(kv, 0, tree, staging)
+        start = time.perf_counter()
+        self._compiled_fn(inputs.ids, inputs.positions, inputs.mask, kv.cache)
+        sync_device(self.model.device)
+        seconds = time.perf_counter() - start
+        for layer in kv.cache.layers:  # the next shape writes at position 1 again
+            layer.cumulative_length.fill_(1)
+        return seconds
+
+    def _time_step(self, kv: StaticKV, size: int, staging: Staging) -> float:
+        """Median seconds of a compiled step of ``size`` padded nodes (compiled already)."""
+        return statistics.median(self._scratch_step(kv, size, staging)
+                                 for _ in range(TIMED_RUNS))
 
     def _choose_layout(self) -> None:
         """Measure :attr:`transposed_rows` if not given: before the first trace, as
@@ -524,7 +609,7 @@ def _own_code(method):
                                                fn.__defaults__, fn.__closure__), method.__self__)
 
 
-def _cpp_compiler() -> str | None:
+def cpp_compiler() -> str | None:
     """The C++ compiler Inductor would build CPU kernels with ($CXX, else a usual name)."""
     import os
     import shutil
@@ -549,14 +634,16 @@ _STATIC_GUARD = threading.Lock()
 
 
 def static_engine_for(model: torch.nn.Module, compiled: bool = False,
-                      uniform: int | None = None, background: bool = True) -> StaticEngine:
-    """The one static engine of ``model`` per (``compiled``, ``uniform``, ``background``):
-    generators sharing it share its lock, cache and compiled graphs."""
-    key = (compiled, uniform, background)
+                      uniform: int | None = None, background: bool = True,
+                      capacity: int | None = None) -> StaticEngine:
+    """The one static engine of ``model`` per (``compiled``, ``uniform``, ``background``,
+    ``capacity``): generators sharing it share its lock, cache and compiled graphs."""
+    key = (compiled, uniform, background, capacity)
     with _STATIC_GUARD:
         engines = _STATIC.setdefault(model, {})
         engine = engines.get(key)
         if engine is None:
             engine = engines[key] = StaticEngine(model, threading.Lock(), compiled=compiled,
-                                                 uniform=uniform, background=background)
+                                                 uniform=uniform, background=background,
+                                                 capacity=capacity)
         return engine

@@ -41,6 +41,7 @@ from ..decoding.options import GenerationOptions, options_from
 from ..decoding.repetition import DEFAULT_N
 from ..drafting import AnswerStore
 from ..drafting.config import DraftConfig
+from ..engine.engine_names import ENGINES, MIN_CAPACITY, check_capacity, check_engine
 from ..util.keywords import unknown_keywords
 from ..validation import not_bool
 from .answer_scopes import (
@@ -56,6 +57,9 @@ DraftMethod = Literal["trie", "backoff", "chain", "none"]
 # The options a wrapper's fields hold (core names); the token budget is named per framework.
 OPTION_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop",
                  "num_draft", "method", "repetition_stop")
+# The engine settings at the values that leave the choice to whatever runs the calls: set so,
+# they are no choice, and neither vLLM nor a built generator refuses them.
+ENGINE_DEFAULTS = {"engine": "auto", "capacity": None}
 
 
 class WrapperSettings(BaseModel):
@@ -103,6 +107,19 @@ class WrapperSettings(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = Field(
         default=None, description="Passed to the chat template of every prompt, e.g. "
         "{'enable_thinking': False} for Qwen3.")
+    engine: str = Field(
+        default="auto", description="What runs the forwards, local engine only: "
+        f"{', '.join(repr(e) for e in ENGINES)}. 'auto': eager until the process has "
+        "answered once, then the compiled engine (compiled in the background, stored for "
+        "the next process) for every request that fits its cache; 'eager': a cache that "
+        "grows as it goes; 'static': a preallocated cache, trees padded to fixed sizes; "
+        "'compiled': the static step compiled in the background; 'uniform': every step one "
+        "size (in bf16 drafting then almost always gives plain decoding's tokens); "
+        "'uniform-compiled': that one size compiled.")
+    capacity: int | None = Field(
+        default=None, description=f"Cache positions (at least {MIN_CAPACITY}) a "
+        "preallocating engine (any but 'eager') reserves and compiles for; None leaves the "
+        "size to the engine. Local engine only.")
     n: int = Field(default=13, description="Trie window n: prefix plus suffix tokens per "
                    "sample (paper: 13).")
     prefix_len: int = Field(default=3, description="Longest matched prefix L_p (paper: 3); "
@@ -146,10 +163,15 @@ class WrapperSettings(BaseModel):
 
     @field_validator("n", "prefix_len", "num_draft", "temperature", "top_p", "top_k", "seed",
                      "repetition_stop", "num_speculative_tokens", "request_timeout",
-                     mode="before")
+                     "capacity", mode="before")
     @classmethod
     def _numbers_are_not_bools(cls, value: Any, info: ValidationInfo) -> Any:
         return not_bool(str(info.field_name), value)
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _known_engine(cls, value: Any) -> str:
+        return check_engine(value)  # a misspelt name fails here, with the nearest one
 
     @field_validator("remember_answers", "answer_store", "max_answer_scopes",
                      "max_tokens_per_scope", mode="before")
@@ -233,12 +255,18 @@ class WrapperSettings(BaseModel):
             dtype=self.dtype, tokenizer=self.tokenizer, model_kwargs=self.model_kwargs,
             tokenizer_kwargs=self.tokenizer_kwargs,
             chat_template_kwargs=self.chat_template_kwargs, n=self.n,
-            prefix_len=self.prefix_len, generator=generator,
-            backend_was_set="backend" in self.model_fields_set)
+            prefix_len=self.prefix_len, engine=self.engine, capacity=self.capacity,
+            generator=generator, backend_was_set="backend" in self.model_fields_set)
 
     def settings_given(self) -> set[str]:
-        """Core names of the settings the caller set (for refusing foreign ones)."""
-        return {self.core_name(name) for name in self.model_fields_set}
+        """Core names of the settings the caller set (for refusing foreign ones); the
+        engine settings only when they choose something (see ``ENGINE_DEFAULTS``)."""
+        return {self.core_name(name) for name in self.model_fields_set
+                if not self._left_to_default(name)}
+
+    def _left_to_default(self, name: str) -> bool:
+        """Whether ``name`` is an engine setting set to the value that chooses nothing."""
+        return name in ENGINE_DEFAULTS and getattr(self, name) == ENGINE_DEFAULTS[name]
 
     # ---- checked once ---------------------------------------------------------------
     def check_all(self) -> None:
@@ -247,6 +275,7 @@ class WrapperSettings(BaseModel):
         defaults as one options object, the answer settings."""
         settings = self.backend_settings()
         check_settings(settings.place, self.settings_given(), self.NAMES)
+        self._check_engine_settings(settings.generator is not None)
         if self.prefix_len >= self.n:
             raise ValueError(f"prefix_len ({self.prefix_len}) must be below n ({self.n})")
         DraftConfig(n=self.n, prefix_len=self.prefix_len)
@@ -254,6 +283,16 @@ class WrapperSettings(BaseModel):
         self._answer_memory = AnswerMemory.from_settings(
             self.remember_answers, self.answer_store, self.max_answer_scopes,
             self.max_tokens_per_scope, given=self.model_fields_set)
+
+    def _check_engine_settings(self, has_generator: bool) -> None:
+        """``capacity`` fits ``engine``, and neither is chosen beside a built generator,
+        which runs on the engine it was built with (they would be silently ignored)."""
+        check_capacity(self.capacity, self.engine)
+        chosen = sorted(set(ENGINE_DEFAULTS) & self.settings_given())
+        if has_generator and chosen:
+            raise ValueError(f"{' and '.join(self.spelled(n) for n in chosen)} cannot be "
+                             "set with generator=: the generator has its own engine (build "
+                             "it with SpeculativeGenerator.from_pretrained(..., engine=...))")
 
     @property
     def runs_on(self) -> Place:

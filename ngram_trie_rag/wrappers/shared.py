@@ -10,21 +10,27 @@ engines each building their own LLM), and loading weights costs seconds and hund
 MB, so weights are loaded on first use, once, under a lock. Generators that differ only in
 trie shape (``n``, ``prefix_len``) share the weights, the tokenizer, the latency curve and
 the model's lock: requests for one model queue on one lock whatever their trie shape.
+Generators that differ in engine (``engine``, ``capacity``) share the weights and the
+tokenizer too; each engine is built once per loaded model, and requests queue on its lock.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..engine import Engine
+from ..engine.engine_names import check_capacity, check_engine
 from ..generator import SpeculativeGenerator
 from ..loading import default_device, resolve_dtype
 
 _LOCK = threading.Lock()
-_BASE: dict[tuple, SpeculativeGenerator] = {}
-_SHAPED: dict[tuple, SpeculativeGenerator] = {}
+_BASE: dict[tuple, SpeculativeGenerator] = {}  # weights key -> the first generator loaded
+_ENGINES: dict[tuple, Engine] = {}  # (*weights key, engine, capacity) -> its engine
+_SHAPED: dict[tuple, SpeculativeGenerator] = {}  # (*that, n, prefix_len) -> its generator
 _MODELS: dict[Hashable, Any] = {}
 _MODELS_LOCK = threading.Lock()  # its own: an embedder's load never waits for a generator's
 T = TypeVar("T")
@@ -50,11 +56,13 @@ def _key(model: str | None, device: str | None, dtype: str | None,
 
 def shared_generator(model: str | None = None, *, device: str | None = None,
                      dtype: str | None = None, n: int = 13, prefix_len: int = 3,
+                     engine: str = "auto", capacity: int | None = None,
                      model_kwargs: Mapping[str, Any] | None = None,
                      tokenizer_kwargs: Mapping[str, Any] | None = None,
                      chat_template_kwargs: Mapping[str, Any] | None = None,
                      ) -> SpeculativeGenerator:
-    """The process-wide generator for this model and trie shape, loading it on first use.
+    """The process-wide generator for this model, engine and trie shape, loading the
+    weights on first use (once per model, whatever the engine).
 
     Args:
         model: a hub id, a local folder or a ``.gguf`` file; ``None`` is the default.
@@ -62,32 +70,58 @@ def shared_generator(model: str | None = None, *, device: str | None = None,
         dtype: likewise (``None``: fp32 on CPU, bf16 on CUDA; ``"auto"``: the model's).
         n: the trie's window (paper: 13).
         prefix_len: the longest matched prefix L_p (paper: 3).
+        engine: what runs the forwards, as in ``from_pretrained`` (default ``"auto"``).
+        capacity: the cache positions a preallocating engine reserves (``None``: the
+            engine's own size).
         model_kwargs: passed to ``AutoModelForCausalLM.from_pretrained``.
         tokenizer_kwargs: passed to ``AutoTokenizer.from_pretrained``.
         chat_template_kwargs: for the chat template of every prompt of this generator.
     """
+    check_capacity(capacity, check_engine(engine))  # before a load, not after
     loader = {"model": dict(model_kwargs or {}), "tokenizer": dict(tokenizer_kwargs or {}),
               "template": dict(chat_template_kwargs or {})}
     key = _key(model, device, dtype, {**loader["model"], **{
         f"tokenizer.{k}": v for k, v in loader["tokenizer"].items()}, **{
         f"template.{k}": v for k, v in loader["template"].items()}})
+    engine_key = (*key, engine, capacity)
     with _LOCK:
-        shaped = _SHAPED.get((*key, n, prefix_len))
+        shaped = _SHAPED.get((*engine_key, n, prefix_len))
         if shaped is not None:
             return shaped
         base = _BASE.get(key)
         if base is None:
             base = SpeculativeGenerator.from_pretrained(
-                key[0], device=device, dtype=dtype, model_kwargs=loader["model"],
-                tokenizer_kwargs=loader["tokenizer"],
+                key[0], device=device, dtype=dtype, engine=engine, capacity=capacity,
+                model_kwargs=loader["model"], tokenizer_kwargs=loader["tokenizer"],
                 chat_template_kwargs=loader["template"])
             _BASE[key] = base
-        if (base.config.n, base.config.prefix_len) == (n, prefix_len):
-            shaped = base
-        else:
-            shaped = base.reshaped(n=n, prefix_len=prefix_len)
-        _SHAPED[(*key, n, prefix_len)] = shaped
+            _ENGINES[engine_key] = base.engine
+        shaped = _shaped(base, _engine(engine_key, base), n, prefix_len)
+        _SHAPED[(*engine_key, n, prefix_len)] = shaped
         return shaped
+
+
+def _engine(engine_key: tuple, base: SpeculativeGenerator) -> Engine:
+    """The engine ``engine_key`` names over ``base``'s loaded model, built once (under
+    the caller's lock): another engine never loads the weights again."""
+    from ..engine.choice import make_engine
+
+    if engine_key not in _ENGINES:
+        *_, engine, capacity = engine_key
+        _ENGINES[engine_key] = make_engine(base.model, engine, capacity)
+    return _ENGINES[engine_key]
+
+
+def _shaped(base: SpeculativeGenerator, engine: Engine, n: int,
+            prefix_len: int) -> SpeculativeGenerator:
+    """``base`` itself when it has this engine and trie shape, else a generator over its
+    model, tokenizer and template with them (its draft budget starts fresh)."""
+    if base.engine is engine and (base.config.n, base.config.prefix_len) == (n, prefix_len):
+        return base
+    return SpeculativeGenerator(base.model, base.tokenizer,
+                                replace(base.config, n=n, prefix_len=prefix_len),
+                                base.model_name, engine=engine,
+                                chat_template_kwargs=base.chat_template_kwargs)
 
 
 def shared_model(key: Hashable, load: Callable[[], T]) -> T:

@@ -255,6 +255,44 @@ def test_compiled_static_engine_replays_its_graphs_in_fp32(capsys) -> None:
 
 
 @cuda_only
+def test_auto_runs_eager_then_compiled_in_fp32(monkeypatch, tmp_path, capsys) -> None:
+    """``engine="auto"`` on CUDA: the first answer runs eagerly and starts the compile of
+    the static engine's shapes (CUDA graphs); then every answer runs compiled, ``trie``
+    equal to plain decoding through the same engine; the compile time, the compiled
+    steps' costs and agreement with ``generate`` reported."""
+    from ngram_trie_rag.engine.auto import AUTO_ENV, AutoEngine
+    from ngram_trie_rag.loading import load_model
+
+    monkeypatch.delenv(AUTO_ENV, raising=False)
+    monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))  # a machine that never compiled
+    _fp32_means_fp32()
+    model, tokenizer = load_model(MODEL, device="cuda", dtype="float32")
+    engine = AutoEngine(model)
+    assert engine.compiled is not None, engine.why_eager
+    gen = SpeculativeGenerator(model, tokenizer, engine=engine)
+    prompts = _messages()[:3]
+    start = time.perf_counter()
+    first = gen.generate(prompts[0], max_new_tokens=MAX_NEW)
+    assert first.stats.engine == "eager"
+    assert engine.compiled.compile_for(engine.capacity, timeout=1800)
+    compiled_after = time.perf_counter() - start
+    same_as_generate = 0
+    for messages in prompts:
+        plain = gen.generate(messages, max_new_tokens=MAX_NEW, method="none")
+        trie = gen.generate(messages, max_new_tokens=MAX_NEW, method="trie")
+        assert plain.stats.engine == trie.stats.engine == "compiled"
+        assert trie.token_ids == plain.token_ids
+        expected = greedy_reference(model, gen.encode_prompt(messages), MAX_NEW)
+        same_as_generate += plain.token_ids == expected
+    steps = sorted(engine.compiled.compiled_costs.items())
+    costs = ", ".join(f"{q}: {s * 1e3:.2f}" for q, s in steps)
+    with capsys.disabled():
+        print(f"\nauto on CUDA: compiled {len(engine.compiled.step_sizes())} shapes "
+              f"{compiled_after:.1f} s after the start; step ms by tree size: {costs}; "
+              f"vs generate (fp32): {same_as_generate}/{len(prompts)} identical")
+
+
+@cuda_only
 def test_one_host_sync_per_greedy_tree_step(capsys) -> None:
     """A greedy tree step of the static engine (prepare, forward, acceptance on the device,
     compaction) waits for the device once: where it reads the accepted path. Counted with

@@ -41,7 +41,7 @@ PROVIDER = "ngram_trie"  # LangSmith provider name
 # LangChain's cache keys and traces are built from them.
 TRACED = {"local": ("device", "dtype", "device_map", "model_kwargs", "tokenizer_kwargs",
                     "chat_template_kwargs", "n", "prefix_len", "num_draft", "method",
-                    "repetition_stop"),
+                    "repetition_stop", "engine", "capacity"),
           "vllm": ("backend", "num_speculative_tokens", "vllm_engine_args"),
           "vllm-server": ("base_url",)}
 

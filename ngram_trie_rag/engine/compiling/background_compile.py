@@ -20,29 +20,73 @@ the Qwen2-shaped default-size model, while the idle compile thread lived, summin
 weight once took 30-33 ms instead of 19-24, and a plain step's transposed linear
 products 40-57 ms instead of 20-21; with the thread ended, as before the compile.
 
+The thread runs at the lowest CPU priority (nice 19 on Linux, where priority is per
+thread; the compiler processes it starts inherit it), so the answers beside it get the
+cores first and the compile takes what they leave.
+
+At interpreter exit the thread is stopped between two shapes and joined (a daemon thread
+still inside torch's C++ code when the interpreter ends it aborts the whole process):
+a script that exits mid-compile waits for the shape being compiled, with a notice.
+
 A key that fails to compile stays eager, with a one-line notice on stderr; it is not
 retried. While a key compiles, the interpreter's switch interval is short, so that the
-eager answers beside it are not held at every operator (:mod:`.switch_interval`).
+eager answers beside it are not held at every operator (:mod:`.switch_interval`), and
+the compile takes the interpreter a quarter of the time while an answer runs
+(:mod:`.yield_to_answers`).
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 import threading
 import traceback
+import weakref
 from collections import deque
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
 from .switch_interval import short_switch_interval
+from .yield_to_answers import yielding_to
+
+_STOPPING = threading.Event()  # set at interpreter exit: no compile step starts after it
+_COMPILERS: weakref.WeakSet = weakref.WeakSet()
+
+
+class CompileStopped(Exception):
+    """Raised between two compile steps once the interpreter is exiting."""
+
+
+def check_not_stopping() -> None:
+    """Raise :class:`CompileStopped` once the interpreter is exiting (a compiler calls it
+    between shapes)."""
+    if _STOPPING.is_set():
+        raise CompileStopped
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Let no compile step start, and wait for the ones running to end."""
+    _STOPPING.set()
+    threads = [t for c in list(_COMPILERS) if (t := c._thread) is not None and t.is_alive()]
+    if threads:
+        print("ngram-trie-rag: finishing the step shape being compiled before exiting",
+              file=sys.stderr, flush=True)
+    for thread in threads:
+        thread.join()
 
 
 class BackgroundCompiler:
     """Runs ``compile_key(key)`` once per requested key, in request order, on one daemon
-    thread while any is pending. ``ready(key)`` is True once it has returned."""
+    thread while any is pending. ``ready(key)`` is True once it has returned.
+    ``busy()``: whether an answer is running, which the compile then yields to (see
+    :mod:`.yield_to_answers`)."""
 
-    def __init__(self, compile_key: Callable[[Hashable], None], what: str = "shapes") -> None:
+    def __init__(self, compile_key: Callable[[Hashable], None], what: str = "shapes",
+                 busy: Callable[[], bool] = lambda: False) -> None:
         self._compile_key = compile_key
+        self._busy = busy
         self._what = what
         self._pending: deque[Hashable] = deque()  # requested, not yet started
         self._ready: set[Hashable] = set()
@@ -51,6 +95,7 @@ class BackgroundCompiler:
         self._done = threading.Condition()
         self._thread: threading.Thread | None = None
         self._guard = threading.Lock()
+        _COMPILERS.add(self)
 
     def ready(self, key: Hashable) -> bool:
         return key in self._ready
@@ -85,15 +130,18 @@ class BackgroundCompiler:
         return key in self._ready
 
     def _work(self) -> None:
+        _lowest_priority()
         while True:
             with self._guard:
-                if not self._pending:  # end the thread, and with it its OpenMP team
+                if not self._pending or _STOPPING.is_set():  # end it, and its OpenMP team
                     self._thread = None
                     return
                 key = self._pending.popleft()
             try:
-                with short_switch_interval():
+                with short_switch_interval(), yielding_to(self._busy):
                     self._compile_key(key)
+            except CompileStopped:
+                continue  # the loop ends the thread
             except Exception as exc:  # noqa: BLE001 - any failure leaves the key eager
                 where = traceback.extract_tb(exc.__traceback__)[-1]  # the raising frame
                 self._failed[key] = (f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -105,3 +153,12 @@ class BackgroundCompiler:
                 self._ready.add(key)
             with self._done:
                 self._done.notify_all()
+
+
+def _lowest_priority() -> None:
+    """Nice 19 for the calling thread (Linux: per thread); elsewhere nothing."""
+    if sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except OSError:  # a sandbox may refuse: the compile runs at normal priority
+            pass

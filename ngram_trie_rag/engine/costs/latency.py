@@ -49,7 +49,8 @@ MAX_TRANSPOSED = 17
 # must win by this factor: where both cost the same (bf16 layouts here), timing noise
 # would otherwise pick one per size at random, and the two round differently.
 LAYOUT_MARGIN = 0.9
-SOURCES = ("default", "refined", "measured")  # how a curve's seconds were obtained
+# how a curve's seconds were obtained ("compiled": a compiled engine's timed steps)
+SOURCES = ("default", "refined", "measured", "compiled")
 # The default curve's probe: a plain step and a draft of PROBE_Q - 1 nodes after
 # PROBE_PAST cached tokens; its slope is raised by PROBE_MARGIN (drafting too little
 # costs a few tokens per second until real steps correct it, drafting too much on a
