@@ -10,9 +10,9 @@ each, and whether the tokens are the same.
 
 Second process (started by the first once it is done, as a user's next run would be): a
 default ``ChatNGramTrie()`` answers the prompts in turn until one runs compiled; printed
-with the seconds since that process was started. It gets an empty Inductor cache folder
-(``TORCHINDUCTOR_CACHE_DIR``), so what it finds compiled comes from this package's store
-of compiled steps alone.
+with the seconds since that process was started. It shares the first's Inductor cache
+folder, as processes on one machine do: on a CPU the portable compile caches of the store
+carry the generated code but not the C++ builds, which torch keeps in that folder.
 
     .venv/bin/python scripts/default_engine.py --limit 8 --max-new-tokens 128
     .venv/bin/python scripts/default_engine.py --device cuda --dtype bfloat16   # on a GPU
@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -51,11 +49,15 @@ def answer(llm, prompt: str) -> dict:
             "tokens": out.usage_metadata["output_tokens"], "text": out.content}
 
 
-def until_compiled(llm, texts: list[str], wait_s: float, since: float) -> dict[int, list]:
-    """Answer ``texts`` in turn until one runs compiled; the eager answers' (tokens,
-    decode seconds) by prompt, all but the first (no compile ran beside it)."""
+def until_compiled(llm, texts: list[str], wait_s: float, since: float,
+                   think_s: float = 0.0) -> dict[int, list]:
+    """Answer ``texts`` in turn, ``think_s`` seconds apart (a user reading the answer),
+    until one runs compiled; the eager answers' (tokens, decode seconds) by prompt, all
+    but the first (no compile ran beside it)."""
     i, beside = 0, {}
     while True:
+        if i:
+            time.sleep(think_s)
         got = answer(llm, texts[i % len(texts)])
         if got["engine"] == "eager" and i:
             beside.setdefault(i % len(texts), []).append((got["tokens"], got["decode_s"]))
@@ -78,7 +80,7 @@ def first(args: argparse.Namespace) -> int:
     eager = ChatNGramTrie(max_tokens=args.max_new_tokens, engine="eager", **where)
     print(f"first process: a default ChatNGramTrie answers {len(texts)} Spec-Bench RAG "
           "prompts in turn until one runs compiled", flush=True)
-    beside = until_compiled(auto, texts, args.wait, START)
+    beside = until_compiled(auto, texts, args.wait, START, args.think)
     print("\nthe same prompts on both, in this process:")
     print(f"{'prompt':>6} {'default engine':>14} {'tok/s':>7} {'eager tok/s':>11} {'same':>5}")
     tokens = {"auto": 0, "eager": 0}
@@ -109,10 +111,10 @@ def first(args: argparse.Namespace) -> int:
     if not args.no_second:
         print("\nsecond process on this machine:", flush=True)
         cmd = [sys.executable, __file__, "--second", "--limit", str(args.limit),
-               "--max-new-tokens", str(args.max_new_tokens), "--wait", str(args.wait)]
+               "--max-new-tokens", str(args.max_new_tokens), "--wait", str(args.wait),
+               "--think", str(args.think)]
         cmd += [f"--{k}={v}" for k, v in (("device", args.device), ("dtype", args.dtype)) if v]
-        with tempfile.TemporaryDirectory() as inductor:
-            subprocess.run(cmd, check=True, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": inductor})
+        subprocess.run(cmd, check=True)
     return 1 if differ else 0
 
 
@@ -124,7 +126,7 @@ def second(args: argparse.Namespace) -> int:
     show_compile_progress()
     print(f"  imports done at {time.time() - START:.1f} s", flush=True)
     llm = ChatNGramTrie(max_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype)
-    until_compiled(llm, prompts(args.limit), args.wait, START)
+    until_compiled(llm, prompts(args.limit), args.wait, START, args.think)
     return 0
 
 
@@ -134,6 +136,10 @@ def main() -> int:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--wait", type=float, default=3600.0,
                    help="seconds to wait for a compiled answer at most")
+    p.add_argument("--think", type=float, default=0.0,
+                   help="seconds between answers while waiting for the compiled engine (a "
+                   "user reading; the compile runs at the lowest priority, so answers back "
+                   "to back leave it little; default 0)")
     p.add_argument("--device", default=None, help="cpu, cuda... (default: the wrapper's)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16... (default: the wrapper's)")
     p.add_argument("--second", action="store_true", help=argparse.SUPPRESS)

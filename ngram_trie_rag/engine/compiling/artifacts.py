@@ -1,12 +1,16 @@
 """What compiling produced, stored once per machine and model shape, for the next process.
 
 Compiling the static engine's step shapes costs minutes (Inductor's code generation and
-C++ or Triton builds: 709 s for seven shapes of the default model on two cores). Torch
-can hand out what its caches gained in a process as one portable blob
-(:func:`torch.compiler.save_cache_artifacts`: Inductor's compiled graphs and kernels,
-AOTAutograd's entries) and put it back into another process's caches
-(:func:`torch.compiler.load_cache_artifacts`), where the same compile then finds every
-graph compiled and only traces (126 s instead of 709 for those shapes). The blob is
+C++ or Triton builds: 709 s for seven shapes of the default model on two cores, 531 s for
+the six of ``engine="auto"``). Torch can hand out what its caches gained in a process as
+one portable blob (:func:`torch.compiler.save_cache_artifacts`: Inductor's generated
+graphs, with their Triton kernels on a GPU, and AOTAutograd's entries) and put it back
+into another process's caches (:func:`torch.compiler.load_cache_artifacts`). On a CPU the
+blob does not carry the C++ kernels' builds: those stay in Inductor's own cache folder
+(``TORCHINDUCTOR_CACHE_DIR``, a folder under the system's temporary directory by
+default), so a process on a machine whose folder still holds them only traces (126 s for
+the seven shapes on two cores), and one whose folder was emptied builds the C++ again
+(minutes). The blob is
 stored here, under ``<cache>/compiled/<key>/`` (``$NGRAM_TRIE_RAG_CACHE`` overrides the
 cache folder), with the compiled steps' measured costs and the linear layout the graphs
 bake in beside it (``meta.json``), so the next process neither measures the layout again
