@@ -111,9 +111,10 @@ class SpeculativeGenerator:
 
         ``engine`` picks what runs the forwards (see :mod:`~ngram_trie_rag.engine.choice`):
 
-        - ``"auto"`` (default): eager until the process has answered once, then the
-          compiled engine, compiled in the background, for every request that fits its
-          cache (see :mod:`~ngram_trie_rag.engine.auto`, docs/configuration.md);
+        - ``"auto"`` (default): on CUDA eager until the process has answered once, then
+          the compiled engine, compiled in the background, for every request that fits
+          its cache; on a CPU eager (see :mod:`~ngram_trie_rag.engine.auto`,
+          docs/configuration.md);
         - ``"eager"``: a cache that grows as it goes, the measured CPU fast paths;
         - ``"static"``: a preallocated cache, trees padded to fixed sizes, run eagerly;
         - ``"compiled"``: the static engine's step compiled (``torch.compile``, CUDA

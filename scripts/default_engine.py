@@ -17,6 +17,9 @@ carry the generated code but not the C++ builds, which torch keeps in that folde
     .venv/bin/python scripts/default_engine.py --limit 8 --max-new-tokens 128
     .venv/bin/python scripts/default_engine.py --device cuda --dtype bfloat16   # on a GPU
 
+On a CPU ``auto`` stays eager unless ``NGRAM_TRIE_RAG_AUTO_ENGINE=compiled`` is set (it
+measured no faster there: this script is how); set it to measure a CPU.
+
 Prints the figures; exits 1 when an answer differs between the engines. Set
 ``NGRAM_TRIE_RAG_CACHE`` to a fresh folder to measure a machine that never compiled.
 """

@@ -29,8 +29,8 @@ NEW = 24
 
 @pytest.fixture(autouse=True)
 def auto_chooses(monkeypatch):
-    """The suite keeps ``auto`` eager (conftest); here it chooses."""
-    monkeypatch.delenv(AUTO_ENV, raising=False)
+    """The suite keeps ``auto`` eager (conftest); here it compiles on this CPU too."""
+    monkeypatch.setenv(AUTO_ENV, "compiled")
 CAPACITY = 256
 NO_COMPILER = static_engine.cpp_compiler() is None
 
@@ -161,9 +161,12 @@ def test_the_environment_keeps_auto_eager_and_a_bad_value_is_refused(monkeypatch
     monkeypatch.setenv(AUTO_ENV, "eager")
     engine = AutoEngine(_llama())
     assert engine.compiled is None and AUTO_ENV in engine.why_eager
-    monkeypatch.setenv(AUTO_ENV, "compiled")
+    monkeypatch.setenv(AUTO_ENV, "compiledd")
     with pytest.raises(ValueError, match="leave it unset"):
         AutoEngine(_llama())
+    monkeypatch.delenv(AUTO_ENV)  # the default: a CPU stays eager, saying why
+    engine = AutoEngine(_llama())
+    assert engine.compiled is None and "did not pay" in engine.why_eager
 
 
 EXIT_MID_COMPILE = """
@@ -193,8 +196,7 @@ def test_a_script_that_exits_mid_compile_exits_cleanly(tmp_path) -> None:
     import sys
     from pathlib import Path
 
-    env = {k: v for k, v in os.environ.items() if k != AUTO_ENV}
-    env["NGRAM_TRIE_RAG_CACHE"] = str(tmp_path)
+    env = {**os.environ, AUTO_ENV: "compiled", "NGRAM_TRIE_RAG_CACHE": str(tmp_path)}
     script = EXIT_MID_COMPILE.format(tests=str(Path(__file__).parent))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           env=env, timeout=600)

@@ -13,10 +13,10 @@
 - ``uniform-compiled``: ``uniform`` with its one step shape compiled, on first use inside
   the request (not in the background: an answer switching from eager to compiled kernels
   would depend in bf16 on when the compile finished).
-- ``auto``: the eager engine until the process has answered once, then the compiled
-  engine for every request that fits its cache once its shapes are compiled in the
-  background (:mod:`~ngram_trie_rag.engine.auto`); the eager engine throughout where the
-  compiled one does not apply.
+- ``auto``: on CUDA the eager engine until the process has answered once, then the
+  compiled engine for every request that fits its cache once its shapes are compiled in
+  the background (:mod:`~ngram_trie_rag.engine.auto`); the eager engine throughout on a
+  CPU (measured: compiling did not pay) and where the compiled one does not apply.
 
 ``capacity`` sizes the cache of the engines that preallocate one (every name but
 ``eager``): the positions a request's prompt and answer may fill, and for a compiling

@@ -109,9 +109,10 @@ class WrapperSettings(BaseModel):
         "{'enable_thinking': False} for Qwen3.")
     engine: str = Field(
         default="auto", description="What runs the forwards, local engine only: "
-        f"{', '.join(repr(e) for e in ENGINES)}. 'auto': eager until the process has "
-        "answered once, then the compiled engine (compiled in the background, stored for "
-        "the next process) for every request that fits its cache; 'eager': a cache that "
+        f"{', '.join(repr(e) for e in ENGINES)}. 'auto': on CUDA eager until the process "
+        "has answered once, then the compiled engine (compiled in the background, stored "
+        "for the next process) for every request that fits its cache; on a CPU eager; "
+        "'eager': a cache that "
         "grows as it goes; 'static': a preallocated cache, trees padded to fixed sizes; "
         "'compiled': the static step compiled in the background; 'uniform': every step one "
         "size (in bf16 drafting then almost always gives plain decoding's tokens); "
