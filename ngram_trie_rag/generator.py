@@ -145,11 +145,12 @@ class SpeculativeGenerator:
                    engine=make_engine(loaded, engine, capacity),
                    chat_template_kwargs=chat_template_kwargs)
 
-    def reshaped(self, **changes: Any) -> SpeculativeGenerator:
-        """A generator over the same model, tokenizer and engine (no reload) with its
-        drafting settings changed, e.g. ``reshaped(n=9)``; its budget starts fresh."""
+    def reshaped(self, *, engine: Engine | None = None, **changes: Any) -> SpeculativeGenerator:
+        """A generator over the same model and tokenizer (no reload) with its drafting
+        settings changed, e.g. ``reshaped(n=9)``, on ``engine`` (None: this one's); its
+        budget starts fresh."""
         return SpeculativeGenerator(self.model, self.tokenizer, replace(self.config, **changes),
-                                    self.model_name, engine=self.engine,
+                                    self.model_name, engine=engine or self.engine,
                                     chat_template_kwargs=self.chat_template_kwargs)
 
     @property

@@ -40,14 +40,13 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import torch
 
 from ..drafting.draft_tree import DraftTree
 from .compiling import artifacts
-from .costs.latency import LatencyCurve
+from .costs.curve_cache import CurveVerbs
 from .cpu import llama_step
 from .eager import EagerEngine, engine_for
 from .protocol import KV, Engine, EngineInfo, StepInputs
@@ -63,7 +62,7 @@ DEFAULT_CAPACITY = 2048  # positions: a RAG prompt of a few chunks and its answe
 BUCKETS = (1, 4, 8, 16, 32)
 
 
-class AutoEngine:
+class AutoEngine(CurveVerbs):
     """Chooses per request between a model's eager engine and its compiled static engine
     (see the module's notes). ``capacity``: the compiled engine's cache size (None:
     :data:`DEFAULT_CAPACITY`, within the model's context window); ``buckets``: the
@@ -72,6 +71,7 @@ class AutoEngine:
     def __init__(self, model: torch.nn.Module, capacity: int | None = None, *,
                  buckets: tuple[int, ...] = BUCKETS) -> None:
         self.eager: EagerEngine = engine_for(model)
+        self.costs = self.eager.costs  # the curve verbs are the eager engine's
         self.lock = self.eager.lock  # one lock for both: the same weights, one request at a time
         self.compiled: StaticEngine | None = None
         self.why_eager = _why_eager(model)
@@ -130,23 +130,8 @@ class AutoEngine:
 
     # ---- the protocol, for callers that do not choose per request ---------------------
     # A request chosen with :meth:`choose` calls its own engine; these serve the eager
-    # engine, the one every request may fall back to.
-    @property
-    def curve(self) -> LatencyCurve:
-        return self.eager.curve
-
-    def load_curve(self) -> None:
-        self.eager.load_curve()
-
-    def stored_curve(self) -> tuple[LatencyCurve | None, Path]:
-        return self.eager.stored_curve()
-
-    def calibrate(self) -> Path | None:
-        return self.eager.calibrate()
-
-    def refine_curve(self, seconds: Mapping[int, float]) -> None:
-        self.eager.refine_curve(seconds)
-
+    # engine, the one every request may fall back to (its curve verbs: CurveVerbs over
+    # the eager engine's own ModelCurve).
     def reuse_prefixes(self, enabled: bool) -> None:
         self.eager.reuse_prefixes(enabled)
 

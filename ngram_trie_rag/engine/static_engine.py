@@ -386,7 +386,8 @@ class StaticEngine(CurveVerbs):
         device = self.model.device
         staging = Staging(device)
         sizes = self.step_sizes()
-        stored = artifacts.load(self.artifact_key(capacity))
+        key = self.artifact_key(capacity)  # host details: read once per compile
+        stored = artifacts.load(key)
         if stored is not None:  # the layout the stored graphs bake in, unless chosen here
             with self._layout_lock:
                 if self.transposed_rows is None:
@@ -417,7 +418,7 @@ class StaticEngine(CurveVerbs):
                  time.perf_counter() - started,
                  ", ".join(f"{q}: {s * 1e3:.1f}" for q, s in sorted(costs.items())))
         if stored is None or stored.transposed_rows != self.transposed_rows:
-            artifacts.save(self.artifact_key(capacity), costs, sorted(self.transposed_rows))
+            artifacts.save(key, costs, sorted(self.transposed_rows))
 
     def artifact_key(self, capacity: int) -> str:
         """The key of this engine's compiled steps for a ``capacity``-position cache in

@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..engine import Engine
+from ..engine.choice import make_engine
 from ..engine.engine_names import check_capacity, check_engine
 from ..generator import SpeculativeGenerator
 from ..loading import default_device, resolve_dtype
 
 _LOCK = threading.Lock()
 _BASE: dict[tuple, SpeculativeGenerator] = {}  # weights key -> the first generator loaded
-_ENGINES: dict[tuple, Engine] = {}  # (*weights key, engine, capacity) -> its engine
 _SHAPED: dict[tuple, SpeculativeGenerator] = {}  # (*that, n, prefix_len) -> its generator
 _MODELS: dict[Hashable, Any] = {}
 _MODELS_LOCK = threading.Lock()  # its own: an embedder's load never waits for a generator's
@@ -95,33 +93,15 @@ def shared_generator(model: str | None = None, *, device: str | None = None,
                 model_kwargs=loader["model"], tokenizer_kwargs=loader["tokenizer"],
                 chat_template_kwargs=loader["template"])
             _BASE[key] = base
-            _ENGINES[engine_key] = base.engine
-        shaped = _shaped(base, _engine(engine_key, base), n, prefix_len)
+        # every engine is built once per loaded model (make_engine keeps it), so another
+        # engine over these weights loads nothing
+        engine_now = make_engine(base.model, engine, capacity)
+        if base.engine is engine_now and (base.config.n, base.config.prefix_len) == (n, prefix_len):
+            shaped = base
+        else:
+            shaped = base.reshaped(engine=engine_now, n=n, prefix_len=prefix_len)
         _SHAPED[(*engine_key, n, prefix_len)] = shaped
         return shaped
-
-
-def _engine(engine_key: tuple, base: SpeculativeGenerator) -> Engine:
-    """The engine ``engine_key`` names over ``base``'s loaded model, built once (under
-    the caller's lock): another engine never loads the weights again."""
-    from ..engine.choice import make_engine
-
-    if engine_key not in _ENGINES:
-        *_, engine, capacity = engine_key
-        _ENGINES[engine_key] = make_engine(base.model, engine, capacity)
-    return _ENGINES[engine_key]
-
-
-def _shaped(base: SpeculativeGenerator, engine: Engine, n: int,
-            prefix_len: int) -> SpeculativeGenerator:
-    """``base`` itself when it has this engine and trie shape, else a generator over its
-    model, tokenizer and template with them (its draft budget starts fresh)."""
-    if base.engine is engine and (base.config.n, base.config.prefix_len) == (n, prefix_len):
-        return base
-    return SpeculativeGenerator(base.model, base.tokenizer,
-                                replace(base.config, n=n, prefix_len=prefix_len),
-                                base.model_name, engine=engine,
-                                chat_template_kwargs=base.chat_template_kwargs)
 
 
 def shared_model(key: Hashable, load: Callable[[], T]) -> T:
