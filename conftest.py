@@ -8,6 +8,9 @@ import os
 # answer would otherwise start compiling the model for minutes beside the rest of the
 # suite (tests/test_auto_engine.py lets it choose).
 os.environ.setdefault("NGRAM_TRIE_RAG_AUTO_ENGINE", "eager")
+# Nor does a second answer start measuring the forward variants in another process
+# (tests/test_background_measure.py lets it).
+os.environ.setdefault("NGRAM_TRIE_RAG_MEASURE", "off")
 
 if os.environ.get("NGRAM_TRIE_RAG_TEST_GPU") != "1":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""

@@ -54,6 +54,25 @@ def load_generator(cfg: RunConfig, generator: SpeculativeGenerator | None = None
     return generator.reshaped(**draft)
 
 
+def measure_variants(gen: SpeculativeGenerator, calibrate: bool) -> None:
+    """Settle the forward variants before anything is timed. ``calibrate``: measure the
+    full curve now. Otherwise, where no measurement chose the variants and the default
+    path would measure them in the background after a first answer (see
+    :mod:`~ngram_trie_rag.engine.costs.background_measure`), they are measured now, in
+    the foreground: a benchmark times what a long-lived process settles on, and no
+    measurement may share the cores with its timed runs (plain ``generate`` takes no
+    lock that would pause one)."""
+    from ..engine.costs import background_measure
+
+    background_measure.disable()
+    curve = gen.engine.curve
+    measured_by_default = (background_measure.check_setting() and not curve.variants_chosen
+                           and background_measure.why_not(gen.model) is None
+                           and background_measure.source_folder(gen.model) is not None)
+    if calibrate or measured_by_default:
+        gen.engine.calibrate()
+
+
 def warm_up(gen: SpeculativeGenerator, prompts: Sequence[list[int]],
             max_new_tokens: int) -> float:
     """Seconds the engine spends getting ready for requests of ``prompts`` (a compiling
@@ -99,8 +118,7 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
     if cfg.num_draft is not None:  # pinned per call; also the generator's own setting
         draft["num_draft"] = cfg.num_draft
     gen = load_generator(cfg, generator, **draft)
-    if cfg.calibrate:  # the fastest layout variants are chosen from a measured curve only
-        gen.engine.calibrate()
+    measure_variants(gen, cfg.calibrate)
     prompts = [encode_item(gen, it) for it in items]
     runners = make_runners(gen, cfg.methods, cfg.num_draft, cfg.pld_num_tokens,
                            cfg.pld_max_ngram, grammar, cfg.repetition_stop)

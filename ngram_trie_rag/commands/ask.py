@@ -202,6 +202,10 @@ class Session:
         engine, capacity = engine_flags(args)  # before minutes of indexing
         if one_shot:
             engine, capacity = one_shot_engine(engine, capacity)
+            if not in_worker():  # it exits after one answer: nothing to measure for
+                from ..engine.costs import background_measure
+
+                background_measure.disable()
         if args.model is not None:  # a bad path or id fails before minutes of indexing
             model_source(args.model)
         # Documents first: a bad folder should fail before the model is loaded.

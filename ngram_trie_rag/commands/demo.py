@@ -69,7 +69,11 @@ def run_demo(question: str = DEFAULT_QUESTION, max_new_tokens: int = 128,
 
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     say(f"Loading {model or 'the packaged model (SmolLM2-135M-Instruct)'} ...")
-    # eager: a one-shot process never collects what compiling costs (see engine.auto)
+    from ..engine.costs import background_measure
+
+    # eager, nothing measured in the background: a one-shot process never collects what
+    # compiling costs (see engine.auto), and its plain generate runs share no lock
+    background_measure.disable()
     gen = SpeculativeGenerator.from_pretrained(model, device=device, dtype=dtype, engine="eager")
     gen.engine.reuse_prefixes(False)  # each method prefills the whole prompt, as generate
     say(f"Indexing the bundled documents in {sample_docs_dir()} ...")

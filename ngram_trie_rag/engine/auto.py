@@ -101,7 +101,9 @@ class AutoEngine(CurveVerbs):
         return engine
 
     def finished(self) -> None:
-        """A request ended: the process answers more than once, so compiling pays."""
+        """A request ended: the process answers more than once, so compiling pays, and
+        so does measuring the eager engine's forward variants (on a CPU)."""
+        self.eager.finished()
         if self.compiled is not None and not self._asked:
             self._ask()
 

@@ -19,6 +19,7 @@ import torch
 
 from ..drafting.draft_tree import DraftTree
 from .acceptance import accept_step
+from .costs import background_measure
 from .costs.curve_cache import CurveVerbs, ModelCurve
 from .costs.latency import LatencyCurve
 from .cpu import gqa_attention, linear_layout, llama_step
@@ -50,6 +51,7 @@ class EagerEngine(CurveVerbs):
     def __init__(self, model: torch.nn.Module, lock: threading.Lock | None = None, *,
                  direct_step: bool = True, curve: LatencyCurve | None = None) -> None:
         check_supported(model)
+        background_measure.check_setting()  # a misspelt setting fails here, not later
         self.model = model
         self.lock = lock or threading.Lock()
         # each layer type's window, applied by position in tree masks
@@ -100,7 +102,10 @@ class EagerEngine(CurveVerbs):
         return self
 
     def finished(self) -> None:
-        """Nothing to learn from a finished request."""
+        """A request ended: the process answers more than once, so measuring the forward
+        variants pays (in another process, in the idle time between answers; see
+        :mod:`~ngram_trie_rag.engine.costs.background_measure`)."""
+        self.costs.measure_in_background()
 
     def warm_up(self, prompt_lengths: Sequence[int], new_tokens: int,
                 timeout: float | None = None) -> float:

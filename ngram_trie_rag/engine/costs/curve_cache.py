@@ -234,13 +234,15 @@ def load(key: tuple, folder: Path | None = None) -> LatencyCurve | None:
         seconds = {int(q): float(s) for q, s in doc["seconds"].items()}
         layouts = {int(q): lay for q, lay in doc["layouts"].items()}
         source = doc.get("source", "measured")  # absent: written by a full measurement
+        chosen = doc.get("variants_chosen", source == "measured")
         if (not seconds or min(seconds.values()) <= 0
                 or any(lay not in LAYOUTS for lay in layouts.values())
-                or not isinstance(doc["pack_single"], bool) or source not in SOURCES):
+                or not isinstance(doc["pack_single"], bool) or source not in SOURCES
+                or not isinstance(chosen, bool)):
             return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return LatencyCurve(seconds, layouts, doc["pack_single"], source)
+    return LatencyCurve(seconds, layouts, doc["pack_single"], source, chosen)
 
 
 def save(key: tuple, curve: LatencyCurve, folder: Path | None = None) -> Path | None:
@@ -249,7 +251,8 @@ def save(key: tuple, curve: LatencyCurve, folder: Path | None = None) -> Path | 
     path = path_for(key, folder)
     doc = {"format": FORMAT, "key": list(key), "host": host(), "measured_at": time.time(),
            "seconds": curve.seconds, "layouts": curve.layouts,
-           "pack_single": curve.pack_single, "source": curve.source}
+           "pack_single": curve.pack_single, "source": curve.source,
+           "variants_chosen": curve.variants_chosen}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -299,6 +302,28 @@ class ModelCurve:
     def curve(self) -> LatencyCurve:
         """See :meth:`load`."""
         return self.load()
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the curve is used as given (never looked up, probed or refined)."""
+        return self._pinned
+
+    def adopt(self, curve: LatencyCurve) -> None:
+        """Use ``curve`` (measured elsewhere, e.g. by the background measurement) from the
+        next forward on, in this process's layer too; a pinned curve stays as given. The
+        caller holds the model's lock, so no request changes variants mid-way."""
+        if self._pinned:
+            return
+        with _GUARD:
+            _CURVES[curve_key(self.model, self.step)] = curve
+        self._curve = curve
+
+    def measure_in_background(self) -> None:
+        """Choose the forward variants in the idle time between answers, where no full
+        measurement chose them (see :mod:`.background_measure`)."""
+        from . import background_measure
+
+        background_measure.start(self)
 
     def load(self) -> LatencyCurve:
         """This process's curve, else the stored one, else a quick probe (which takes

@@ -72,6 +72,13 @@ class LatencyCurve:
     layouts: dict[int, Layout] = field(default_factory=dict)  # q -> layout; absent: stock
     pack_single: bool = False  # a one-token forward is faster with packed GQA
     source: str = "measured"  # one of SOURCES
+    # whether a full measurement chose the layouts and packing (a probe chooses none;
+    # refined seconds keep what was chosen); None: as ``source == "measured"`` says
+    variants_chosen: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.variants_chosen is None:
+            object.__setattr__(self, "variants_chosen", self.source == "measured")
 
     def layout(self, q: int) -> Layout:
         """The layout for a forward of ``q`` tokens: the nearest measured size at or
