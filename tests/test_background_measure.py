@@ -105,3 +105,26 @@ def test_a_stored_curve_says_whether_its_variants_were_chosen(tmp_path):
         key = ("test", i)
         curve_cache.save(key, curve, tmp_path)
         assert curve_cache.load(key, tmp_path).variants_chosen == curve.variants_chosen
+
+
+def test_a_forward_timed_across_a_pause_is_timed_again(monkeypatch):
+    """The measuring process counts its resumptions (SIGCONT): a timing a pause cut into
+    measured the pause, so the forward runs again."""
+    from ngram_trie_rag.engine.costs import latency
+    from ngram_trie_rag.engine.cpu import forward as forward_module
+
+    model, _ = tiny_llama(seed=6, vocab_size=64)
+    timer = latency._ForwardTimer(model, None, None, past_len=16)
+    calls = []
+    real = forward_module.forward
+
+    def paused_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            latency.note_resumed()  # as the SIGCONT handler does, mid-forward
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(forward_module, "forward", paused_once)
+    seconds = timer.seconds(timer.inputs(3), "stock", False)
+    assert len(calls) == 2 and 0 < seconds
+    assert timer.cache.layers[0].keys.shape[-2] == 16  # each run's rows dropped

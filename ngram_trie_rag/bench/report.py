@@ -71,6 +71,8 @@ def bench_table(results: dict) -> str:
         f"{meta['model']} {meta['dtype']} on {meta['device']}, {_threads(meta['threads'])} | "
         f"n={d['n']} L_p={d['prefix_len']} num_draft={_budget(d)}"
         + (f" | latency curve: {meta['latency_curve']}" if meta.get("latency_curve") else "")
+        + (f" ({'measured' if meta['variants_chosen'] else 'stock'} forward variants)"
+           if "variants_chosen" in meta else "")
         + (f" | engine: {meta['engine']}" if meta.get("engine") else "")
     )
     if meta.get("repetition_stop"):

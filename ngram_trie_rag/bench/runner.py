@@ -175,6 +175,8 @@ def run_benchmark(cfg: BenchConfig, generator: SpeculativeGenerator | None = Non
         "warmup": cfg.warmup,
         "compile_s": compile_s,  # a compiled engine's shapes, compiled before the timing
         "latency_curve": gen.latency_curve.source,  # measured, refined or probed (default)
+        # whether a full measurement chose the forward variants (else the stock ones ran)
+        "variants_chosen": gen.latency_curve.variants_chosen,
         "background_load": cfg.background_load,  # processes spinning beside the run
         "drafter": {"n": cfg.n, "prefix_len": cfg.prefix_len, "num_draft": cfg.num_draft,
                     "generator_config": dataclasses.asdict(gen.config)},

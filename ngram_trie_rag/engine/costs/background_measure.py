@@ -20,8 +20,9 @@ chosen variants, :func:`start` measures them in **another process**:
   same key, and stores it as ``calibrate`` does (nice 19);
 - it is **paused** (SIGSTOP) whenever the model's lock is held, so it never competes
   with an answer of this process, and resumed after ``IDLE_S`` without one: it measures
-  in the idle time between answers. A timing a pause cut into is one of several
-  repeats, of which the fastest is kept;
+  in the idle time between answers. A forward timed across a pause is timed again (the
+  process counts its resumptions: a pause in a timing once made a 100 ms forward
+  measure 15 s and chose a layout by it);
 - when it has stored the curve, this process takes it between two answers (under the
   model's lock: a request never changes variants mid-way), and so does every later
   process on this machine, from disk.
@@ -63,6 +64,7 @@ MEMORY_SHARE = 0.5  # the weights may take at most this share of the available m
 log = logging.getLogger(__name__)
 
 _DISABLED = False
+_EXITING = threading.Event()  # set at interpreter exit: the measurements are ended
 _STARTED: set[tuple] = set()  # curve keys measured (or being measured) by this process
 _RUNNING: list[subprocess.Popen] = []
 _GUARD = threading.Lock()
@@ -195,6 +197,8 @@ def _watch(proc: subprocess.Popen, errors: IO[bytes], costs: ModelCurve, key: tu
     errors.seek(0)
     said = errors.read().decode(errors="replace").strip()
     errors.close()
+    if _EXITING.is_set():  # ended by this process's exit: nothing failed, nothing to adopt
+        return
     if proc.returncode != 0:
         last = said.splitlines()[-1] if said else f"exit status {proc.returncode}"
         log.warning("the background measurement of the forward variants failed: %s", last)
@@ -240,6 +244,7 @@ def _available_memory() -> int | None:
 def _stop_all() -> None:
     """End the measurements still running: a process that exits takes them along (a
     stopped process ends on SIGKILL too)."""
+    _EXITING.set()
     with _GUARD:
         running = list(_RUNNING)
     for proc in running:
@@ -256,7 +261,9 @@ def _measure(settings: dict) -> None:
     from transformers import AutoModelForCausalLM
 
     from ..eager import engine_for
+    from .latency import note_resumed
 
+    signal.signal(signal.SIGCONT, note_resumed)  # a forward timed across a pause is redone
     torch.set_num_threads(int(settings["threads"]))
     kwargs = {"dtype": getattr(torch, settings["dtype"])}
     if settings.get("attn_implementation"):

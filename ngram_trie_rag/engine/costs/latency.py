@@ -62,6 +62,16 @@ PROBE_MARGIN = 1.15
 PROBE_MIN_SLOPE = 0.01
 
 
+_RESUMED = [0]  # times this process was resumed after a pause (see note_resumed)
+
+
+def note_resumed(*_: object) -> None:
+    """Count a resumption of this process (a SIGCONT handler): a forward timed across a
+    pause measured the pause, and is timed again (a background measurement is paused
+    while the process it measures for answers)."""
+    _RESUMED[0] += 1
+
+
 @dataclass(frozen=True)
 class LatencyCurve:
     """Measured forward costs: seconds per forward of ``q`` new tokens, each in the
@@ -134,17 +144,21 @@ class _ForwardTimer:
 
     @torch.inference_mode()
     def seconds(self, inputs: tuple, layout: Layout, pack: bool) -> float:
-        """Wall time of one forward over ``inputs`` in ``layout``."""
+        """Wall time of one forward over ``inputs`` in ``layout``; a forward this process
+        was paused during (:func:`note_resumed`) is run again."""
         from ..cpu.forward import forward
 
         device = self.model.device
-        sync_device(device)
-        start = time.perf_counter()
-        forward(self.model, self.step, *inputs, self.cache, layout, pack)
-        sync_device(device)
-        elapsed = time.perf_counter() - start
-        self.drop_appended()
-        return elapsed
+        while True:
+            resumed = _RESUMED[0]
+            sync_device(device)
+            start = time.perf_counter()
+            forward(self.model, self.step, *inputs, self.cache, layout, pack)
+            sync_device(device)
+            elapsed = time.perf_counter() - start
+            self.drop_appended()
+            if _RESUMED[0] == resumed:
+                return elapsed
 
     def drop_appended(self) -> None:
         """Cut the cache back to the ``past_len`` cached tokens."""
