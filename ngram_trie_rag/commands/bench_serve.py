@@ -1,7 +1,10 @@
-"""``bench-serve`` subcommand: vLLM, vLLM n-gram and vLLM + trie at several concurrencies.
+"""``bench-serve`` subcommand: vLLM, vLLM n-gram and vLLM + trie, and the local server
+without drafts and with the trie, at several concurrencies.
 
 Flags -> :func:`~ngram_trie_rag.bench.serve.run_bench_serve` -> a Markdown table, and the
-results JSON with ``--out``.
+results JSON with ``--out``. ``--methods`` defaults to what can run here (vLLM's methods
+where vLLM is installed, else the local ones); a vLLM method asked for where vLLM is
+missing is refused before anything loads.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..bench.serve import METHODS, run_bench_serve, table
+from ..bench.serve import METHODS, check_methods, default_methods, run_bench_serve, table
 from .arguments import int_list
 
 
@@ -34,12 +37,16 @@ def _methods(text: str) -> list[str]:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``bench-serve`` on an ``add_subparsers()`` object."""
     p = subparsers.add_parser(
-        "bench-serve", help="vLLM, vLLM n-gram and vLLM + trie at several concurrencies",
+        "bench-serve", help="vLLM (plain, n-gram, trie) and the local server (plain, trie) "
+                            "at several concurrencies",
         description="Benchmark vLLM without speculation, with its n-gram proposer and "
-                    "with the trie proposer (vLLM must be installed here).")
+                    "with the trie proposer (vLLM must be installed here), and this "
+                    "package's local OpenAI server without drafts and with the trie.")
     p.add_argument("--data", required=True, help="benchmark JSONL (Spec-Bench or context QA)")
     p.add_argument("--concurrency", type=_levels, default=[1, 4, 16])
-    p.add_argument("--methods", type=_methods, default=list(METHODS))
+    p.add_argument("--methods", type=_methods, default=None,
+                   help=f"comma-separated, of {','.join(METHODS)} (default: "
+                        f"{','.join(default_methods())}, what can run here)")
     p.add_argument("--limit", type=int, default=16, help="prompts (default 16)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--num-speculative-tokens", type=int, default=8)
@@ -47,7 +54,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="a Hugging Face hub id or model folder (default: packaged model)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--engine-args", type=json.loads, default=None,
-                   help="JSON dict of vLLM engine arguments (default: small CPU limits)")
+                   help="JSON dict of vLLM engine arguments (default: small CPU limits; "
+                        "the local methods take none)")
     p.add_argument("--out", default=None, help="write the results JSON here")
     p.set_defaults(func=cmd_bench_serve)
 
@@ -55,6 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def cmd_bench_serve(args: argparse.Namespace) -> int:
     if args.limit < 1 or args.max_new_tokens < 1:
         raise SystemExit("error: --limit and --max-new-tokens must be >= 1")
+    check_methods(args.methods or default_methods())  # before the data and the model load
     doc = run_bench_serve(args.data, methods=args.methods, concurrency=args.concurrency,
                           limit=args.limit, max_new_tokens=args.max_new_tokens,
                           num_speculative_tokens=args.num_speculative_tokens,

@@ -51,6 +51,13 @@ class GenerationStream:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def read_all(self) -> GenerationResult:
+        """Read the stream to its end: its result (a whole answer)."""
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
+
     def __next__(self) -> str:
         if self._done:
             raise StopIteration

@@ -10,6 +10,9 @@ ENGINES = ("auto", "eager", "static", "compiled", "uniform", "uniform-compiled")
 UNIFORM_NODES = 32  # ``uniform``: every step's tree size (the drafters' default num_draft)
 PREALLOCATING = ("auto", "static", "compiled", "uniform", "uniform-compiled")  # take capacity
 MIN_CAPACITY = 128  # positions: a prompt, an answer and the largest step (65 rows) must fit
+# ``serve --engine local``: our own OpenAI server over the local engine instead of vLLM's.
+# A value of ``serve`` alone, never an engine (``check_engine`` refuses it everywhere else).
+LOCAL_SERVER = "local"
 
 
 def check_engine(name: object) -> str:

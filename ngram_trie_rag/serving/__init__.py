@@ -1,4 +1,5 @@
-"""Serving: drafting inside vLLM (one Drafter per request), and clients that reach vLLM.
+"""Serving: drafting inside vLLM (one Drafter per request), clients that reach vLLM's
+server or ours, and our own OpenAI-compatible server over the local engine.
 
 Names are imported on first use (PEP 562): importing this package imports neither vLLM
 nor the drafting code.
@@ -18,9 +19,11 @@ _EXPORTS = {
     "ServerError": ".openai_http",
     "InProcessVLLM": ".vllm_local",
     "shared_in_process_vllm": ".vllm_local",
+    "LocalServer": ".local_server",
 }
 
 if TYPE_CHECKING:
+    from .local_server import LocalServer
     from .openai_http import Delta, OpenAIHTTPBackend, ServerError
     from .request_drafters import RequestDrafters
     from .vllm_local import InProcessVLLM, shared_in_process_vllm
@@ -33,6 +36,7 @@ __all__ = [
     "RequestDrafters",
     "ServerError",
     "InProcessVLLM",
+    "LocalServer",
     "shared_in_process_vllm",
 ]
 

@@ -1,7 +1,9 @@
 """vLLM's own OpenAI-compatible server with the trie proposer: its command line and
-environment (``ngram-trie-rag serve`` runs them).
+environment (``ngram-trie-rag serve`` runs them where vLLM is installed).
 
-There is no server of ours: :func:`server_argv` builds the argument list of
+Where vLLM is not installed, or with ``--engine local``, ``serve`` runs our own server over
+the local engine instead (:mod:`.local_server`), which takes the same requests. For vLLM's,
+:func:`server_argv` builds the argument list of
 ``python -m vllm.entrypoints.openai.api_server`` (the module form; it works where the
 ``vllm`` console script does not) with the proposer in ``--speculative-config``, for a
 process to replace itself with. Clients pass each request's documents as

@@ -2,9 +2,10 @@
 ``model.generate(do_sample=False)`` in fp32 with TF32 off (the packaged model on real
 prompts, a 4k-token prompt, eager attention, and every family of the architecture matrix
 at toy size), the on-device acceptance walk equal to the host walk, seeded sampling
-reproducible, the compiled static engine replaying its graphs without recompiling, one
-host sync per greedy tree step, bf16 and fp16 agreement with ``generate`` reported, and
-the one-shape engine's methods agreeing with each other in bf16.
+reproducible, continuous batching's rows equal to ``generate``, the compiled static
+engine replaying its graphs without recompiling, one host sync per greedy tree step,
+bf16 and fp16 agreement with ``generate`` reported, and the one-shape engine's methods
+agreeing with each other in bf16.
 
 Skipped with a reason on a host without CUDA, and in the CPU suite (``../../conftest.py``
 hides CUDA there). Environment:
@@ -77,6 +78,25 @@ def test_greedy_equals_generate_in_fp32(fp32_gen: SpeculativeGenerator, method: 
         expected = greedy_reference(fp32_gen.model, ids, MAX_NEW)
         result = fp32_gen.generate(messages, max_new_tokens=MAX_NEW, method=method)
         assert result.token_ids == expected
+
+
+def test_batched_rows_equal_generate_in_fp32(fp32_gen: SpeculativeGenerator) -> None:
+    """Continuous batching on the device: every request sent at once through the batch
+    scheduler (rows joining as their prefills finish, leaving as they end) gives its
+    own ``generate`` tokens, its own documents' drafts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ngram_trie_rag.serving.scheduler import BatchScheduler
+
+    messages = _messages(max(PROMPTS, 4))
+    expected = [greedy_reference(fp32_gen.model, fp32_gen.encode_prompt(m), MAX_NEW)
+                for m in messages]
+    with BatchScheduler(fp32_gen, max_batch=4, capacity=2048) as scheduler, \
+            ThreadPoolExecutor(len(messages)) as pool:
+        results = list(pool.map(lambda m: scheduler.generate(
+            m, [m[0]["content"]], max_new_tokens=MAX_NEW, method="trie"), messages))
+    assert [r.token_ids for r in results] == expected
+    assert all(r.stats.engine == "batched" for r in results)
 
 
 def test_a_long_prompt_in_fp32(fp32_gen: SpeculativeGenerator) -> None:

@@ -1,0 +1,244 @@
+"""A verification engine for many sequences at once: one forward per step for all.
+
+:class:`BatchedEngine` keeps up to ``max_batch`` sequences in one preallocated cache
+(:class:`~.slot_cache.SlotCache`, one row each). A request's life:
+
+- :meth:`prefill` runs its prompt alone (batch 1, the model's own forward over a
+  ``DynamicCache``, so its logits are exactly ``generate``'s), copies the keys/values
+  into the first free row and returns a :class:`SlotKV` naming that row;
+- :meth:`run_batch` verifies every given row's ``[last] + tree`` in ONE forward over rows
+  ``0 .. k - 1`` (trees padded to one bucket; per-row positions and mask, see
+  :mod:`~.step_inputs`), and returns each row's logits (1 + N_b, V);
+- :meth:`accept` walks one row's tree (the single engines' acceptance, so greedy and
+  seeded sampling choose as they do), and :meth:`commit` (or :meth:`commit_all` for a
+  whole step: one gather per layer) moves its accepted path into its committed columns;
+- :meth:`release` frees its row; the last active row moves into it, so the active rows
+  stay ``0 .. active - 1`` and a step with n active rows computes n rows, not
+  ``max_batch``. A row left out of a step (paused, say) but below the last stepped row
+  is computed as a dummy (its outputs dropped, its writes past its committed length).
+
+Eager only: no ``torch.compile`` (the shapes vary with the batch). Llama-style models
+only (:mod:`~.support`). Not thread-safe: one thread (a scheduler's) calls it, holding
+:attr:`lock` (the model's lock, shared with the generator's engine) around each forward.
+It implements enough of :class:`~ngram_trie_rag.engine.protocol.Engine` for
+:class:`~ngram_trie_rag.generator.SpeculativeGenerator`'s request set-up and per-row
+phases; its latency curve is the generator's engine's (single-sequence forwards).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ...drafting.draft_tree import DraftTree
+from ..acceptance import accept_step
+from ..kv_cache import cache_kwargs
+from ..models.rope_limits import UNLIMITED
+from ..protocol import KV, Engine, EngineInfo, StepInputs
+from ..trees.tree_buckets import BUCKETS
+from .slot_cache import SlotCache, StepCache
+from .step_inputs import batch_inputs, step_size
+from .support import check_batchable
+
+DEFAULT_CAPACITY = 2048  # positions per row when not given (prompt + answer)
+
+
+@dataclass
+class SlotKV(KV):
+    """A request's place in the batched cache: ``row`` (moves when another row leaves),
+    ``length`` committed columns. ``cache`` is unused (None)."""
+
+    row: int = -1
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """What :meth:`BatchedEngine.commit` needs of one row's step: its ``[last, *tree]``
+    tokens (for ``kv.ids``)."""
+
+    tokens: list[int]
+    drafted: int
+
+
+class BatchedEngine:
+    """Verification forwards of up to ``max_batch`` sequences at once over one cache.
+
+    ``capacity``: positions per row for prompt + answer (None: the model's context
+    window, at most :data:`DEFAULT_CAPACITY`). Memory: ``2 * layers * max_batch *
+    (capacity + 1 + max bucket) * kv_heads * head_dim`` elements, allocated here.
+    ``base``: the engine whose latency curve draft budgets read (the generator's).
+    """
+
+    def __init__(self, model: torch.nn.Module, *, max_batch: int = 16,
+                 capacity: int | None = None, base: Engine | None = None,
+                 lock: threading.Lock | None = None,
+                 buckets: tuple[int, ...] = BUCKETS) -> None:
+        check_batchable(model)
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        config = model.config
+        window = int(getattr(config, "max_position_embeddings", 0) or 1 << 30)
+        capacity = min(window, DEFAULT_CAPACITY) if capacity is None else capacity
+        if capacity < 2:
+            raise ValueError(f"capacity must be >= 2 positions, got {capacity}")
+        self.model = model
+        self.base = base
+        self.lock = lock or (base.lock if base is not None else threading.Lock())
+        self.buckets = tuple(sorted(buckets))
+        self.max_batch = max_batch
+        self.capacity = capacity
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        scratch = 1 + max(self.buckets)  # the largest step, written past a full row
+        self.slots = SlotCache(config.num_hidden_layers, max_batch, kv_heads,
+                               capacity + scratch, head_dim, model.dtype, model.device)
+        self._rows: list[SlotKV] = []  # row r's request; len == active rows
+        self._keyword = next(iter(cache_kwargs(model, None)))  # "cache" or "past_key_values"
+
+    # ---- the Engine verbs the generator's request set-up reads ------------------------
+    def describe(self) -> EngineInfo:
+        """``batched``, the model's own modules, eager."""
+        return EngineInfo("batched", False, "modules")
+
+    @property
+    def curve(self):
+        """The base engine's latency curve (single-sequence forwards)."""
+        if self.base is None:
+            raise RuntimeError("a BatchedEngine built without a base engine has no curve")
+        return self.base.curve
+
+    def load_curve(self) -> None:
+        if self.base is not None:
+            self.base.load_curve()
+
+    def refine_curve(self, seconds: Mapping[int, float]) -> None:
+        """Never: batched steps do not cost what single ones do."""
+
+    def finished(self) -> None:
+        """Nothing to learn from a finished request."""
+
+    def depth_room(self, past_len: int) -> int:
+        """Unlimited: a RoPE that follows the sequence length is refused when built."""
+        return UNLIMITED
+
+    def choose(self, prompt_len: int, new_tokens: int) -> BatchedEngine:
+        """Itself, when the request fits a row; else ValueError with the numbers."""
+        self.check_fits(prompt_len, new_tokens)
+        return self
+
+    def check_fits(self, prompt_len: int, new_tokens: int) -> None:
+        if prompt_len + new_tokens > self.capacity:
+            raise ValueError(
+                f"a prompt of {prompt_len} tokens plus max_new_tokens={new_tokens} needs "
+                f"{prompt_len + new_tokens} positions, more than this batched engine's "
+                f"{self.capacity} per request; lower max_new_tokens or shorten the prompt, "
+                "or build the scheduler with a larger capacity")
+
+    # ---- rows -------------------------------------------------------------------------
+    @property
+    def active(self) -> int:
+        """Rows in use (``0 .. active - 1``)."""
+        return len(self._rows)
+
+    @property
+    def free(self) -> int:
+        return self.max_batch - len(self._rows)
+
+    @torch.inference_mode()
+    def prefill(self, ids: list[int], new_tokens: int | None = None) -> tuple[SlotKV, torch.Tensor]:
+        """Cache the prompt in a free row: its :class:`SlotKV` and the logits (V,) after its
+        last token, from the model's plain forward (``generate``'s)."""
+        from transformers import DynamicCache
+
+        self.check_fits(len(ids), new_tokens or 1)
+        if not self.free:
+            raise RuntimeError(f"all {self.max_batch} rows of the batched engine are in use")
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(input_ids=torch.tensor([ids], device=self.model.device),
+                         **{self._keyword: cache}, use_cache=True, logits_to_keep=1)
+        kv = SlotKV(None, len(ids), list(ids), row=len(self._rows))
+        self.slots.load(kv.row, [layer.keys for layer in cache.layers],
+                        [layer.values for layer in cache.layers])
+        self._rows.append(kv)
+        return kv, out.logits[0, -1]
+
+    def release(self, kv: SlotKV) -> None:
+        """Free ``kv``'s row: the last active row moves into it. Idempotent."""
+        if kv.row < 0:
+            return
+        row, last = kv.row, self._rows[-1]
+        if last is not kv:
+            self.slots.move(last.row, row, last.length)
+            last.row = row
+            self._rows[row] = last
+        self._rows.pop()
+        kv.row = -1
+
+    # ---- a step -----------------------------------------------------------------------
+    @torch.inference_mode()
+    def run_batch(self, rows: Sequence[tuple[SlotKV, int, DraftTree]]
+                  ) -> tuple[list[RowStep], list[torch.Tensor]]:
+        """One forward verifying every ``(kv, last, tree)``; per row (in the given order)
+        its :class:`RowStep` and logits (1 + N_b, V). Rows of the cache not given but
+        below the highest given row run as dummies."""
+        given = {kv.row: (kv, last, tree) for kv, last, tree in rows}
+        if any(r < 0 for r in given):
+            raise ValueError("a row of this step was released")
+        k = 1 + max(given)
+        empty = DraftTree.empty()
+        lasts, trees = [], []
+        for r in range(k):
+            _, last, tree = given.get(r, (None, 0, empty))
+            if len(tree) > max(self.buckets):
+                raise ValueError(f"a draft tree of {len(tree)} nodes exceeds the largest "
+                                 f"bucket ({max(self.buckets)})")
+            lasts.append(last)
+            trees.append(tree)
+        lengths = [self._rows[r].length for r in range(k)]
+        inputs = batch_inputs(lengths, lasts, trees, step_size(trees, self.buckets),
+                              self.model.device, self.model.dtype)
+        cache = StepCache(self.slots, inputs.columns, inputs.width)
+        out = self.model(input_ids=inputs.ids, position_ids=inputs.positions,
+                         attention_mask=inputs.mask, **{self._keyword: cache}, use_cache=True)
+        logits = out.logits  # (k, Q, V)
+        steps, per_row = [], []
+        for kv, last, tree in rows:
+            steps.append(RowStep([last, *tree.tokens.tolist()], len(tree)))
+            per_row.append(logits[kv.row, : 1 + len(tree)])
+        return steps, per_row
+
+    @staticmethod
+    def accept(step: RowStep, tree: DraftTree, logits: torch.Tensor, params, generator
+               ) -> tuple[list[int], list[int]]:
+        """``(tokens, path)`` of one row, as the single engines accept (host walk on a
+        CPU, device walk elsewhere)."""
+        inputs = StepInputs(None, None, None, "stock", False, step.drafted, step.tokens)
+        return accept_step(inputs, tree, logits, params, generator)
+
+    @torch.inference_mode()
+    def commit(self, kv: SlotKV, step: RowStep, path: list[int]) -> None:
+        """Keep ``last`` and the accepted ``path`` (query rows, 1-based) of one row."""
+        self.commit_all([(kv, step, path)])
+
+    @torch.inference_mode()
+    def commit_all(self, commits: Sequence[tuple[SlotKV, RowStep, list[int]]]) -> None:
+        """:meth:`commit` for many rows with one gather and one write per layer: the
+        rows of ``last`` and each accepted path move to ``length_b ..`` of their row."""
+        rows, src, dst = [], [], []
+        for kv, step, path in commits:
+            if path != list(range(1, len(path) + 1)):  # else in place already
+                for i, p in enumerate(path, 1):
+                    rows.append(kv.row)
+                    src.append(kv.length + p)
+                    dst.append(kv.length + i)
+            kv.ids.append(step.tokens[0])
+            kv.ids.extend(step.tokens[i] for i in path)
+            kv.length += 1 + len(path)
+        if rows:
+            device = self.model.device
+            self.slots.compact(torch.tensor(rows, device=device), torch.tensor(src, device=device),
+                               torch.tensor(dst, device=device))
