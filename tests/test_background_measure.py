@@ -21,7 +21,9 @@ WAIT_S = 120  # the measuring process imports torch and Transformers, then times
 
 @pytest.fixture
 def measuring(monkeypatch, tmp_path):
-    """Background measurement on, into an empty cache folder."""
+    """Background measurement on, into an empty cache folder (and on in this process,
+    whatever an earlier test's one-shot command switched off)."""
+    monkeypatch.setattr(background_measure, "_DISABLED", False)
     monkeypatch.setenv(background_measure.ENV, "on")
     monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path / "cache"))
 

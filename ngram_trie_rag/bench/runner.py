@@ -61,10 +61,10 @@ def measure_variants(gen: SpeculativeGenerator, calibrate: bool) -> None:
     :mod:`~ngram_trie_rag.engine.costs.background_measure`), they are measured now, in
     the foreground: a benchmark times what a long-lived process settles on, and no
     measurement may share the cores with its timed runs (plain ``generate`` takes no
-    lock that would pause one)."""
+    lock that would pause one). Measured, the variants are chosen, so no background
+    measurement starts later; where none would, nothing is measured."""
     from ..engine.costs import background_measure
 
-    background_measure.disable()
     curve = gen.engine.curve
     measured_by_default = (background_measure.check_setting() and not curve.variants_chosen
                            and background_measure.why_not(gen.model) is None
