@@ -35,6 +35,12 @@ Parts:
   ``bf16-compiled.json``). ``--dtypes`` picks them. Compiling uses the CPU, so it can run
   beside another part's GPU work; ``--after`` keeps the timed runs from overlapping it.
 
+- ``serving``: ``bench-serve --methods local,local-trie`` (the local server's continuous
+  batching, each request its own documents' trie) with ``--gguf``'s weights on
+  Spec-Bench RAG at 1, 4, 16 and 64 users, fp32 (exactness against ``local``) then bf16
+  (``serving-fp32.json``, ``serving-bf16.json``). Not in the default parts: ``--only
+  serving`` (the shell script) or ``--parts serving``.
+
 TF32 stays off (PyTorch's default for matrix products), so fp32 is fp32.
 """
 
@@ -142,6 +148,23 @@ def bench(out: Path, device: torch.device, quick: bool, gguf: Path, data: Path) 
         _bench(out / f"{name}-uniform-compiled.json", gguf, data, device, dtype,
                "vanilla,plain,trie", limit=1 if quick else limit, tokens=8 if quick else 128,
                engine="uniform-compiled")
+
+
+def serving(out: Path, device: torch.device, quick: bool, gguf: Path, data: Path) -> None:
+    """Continuous batching through the local server, fp32 then bf16, in one process per
+    method (``bench-serve``); the server loads onto the default device (CUDA here)."""
+    from ngram_trie_rag.loading import converted_gguf_dir
+
+    model = converted_gguf_dir(gguf)  # bench-serve reads a folder's tokenizer
+    for dtype, name in (("float32", "fp32"), ("bfloat16", "bf16")):
+        code = cli(["bench-serve", "--data", str(data), "--model", str(model),
+                    "--dtype", dtype, "--methods", "local,local-trie",
+                    "--limit", "2" if quick else "12",
+                    "--max-new-tokens", "8" if quick else "128",
+                    "--concurrency", "1,2" if quick else "1,4,16,64",
+                    "--out", str(out / f"serving-{name}.json")])
+        if code:
+            raise RuntimeError(f"bench-serve ({dtype}) exited {code}")
 
 
 def agreement(out: Path, device: torch.device, quick: bool, gguf: Path, data: Path) -> None:
@@ -392,6 +415,8 @@ def main() -> None:
                                                   if args.meta else None), args.tests_k)
             elif part == "bench":
                 bench(args.out, device, args.quick, args.gguf, args.data)
+            elif part == "serving":
+                serving(args.out, device, args.quick, args.gguf, args.data)
             elif part == "agreement":
                 agreement(args.out, device, args.quick, args.gguf, args.data)
             elif part == "bucketed":
