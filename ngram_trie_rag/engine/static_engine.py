@@ -86,8 +86,8 @@ from .cpu import gqa_attention, linear_layout
 from .cpu.transposed_rows import TransposedRows, faster_transposed
 from .kv_cache import cache_kwargs
 from .models.attention_windows import FULL, attention_windows
-from .models.rope_limits import UNLIMITED, rope_limit
-from .models.support import check_supported
+from .models.rope_limits import UNLIMITED
+from .models.support import check_preallocated, check_supported
 from .protocol import KV, EngineInfo, StepInputs
 from .trees.staging import Staging
 from .trees.tree_buckets import BUCKETS, bucket_for, pad_tree
@@ -133,21 +133,9 @@ class StaticEngine(CurveVerbs):
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                  uniform: int | None = None, background: bool = True,
                  transposed_rows: tuple[int, ...] | None = None) -> None:
-        check_supported(model)
-        family = f"{type(model).__name__} (model_type {getattr(model.config, 'model_type', '?')!r})"
+        check_supported(model)  # attention that takes the tree mask: 'sdpa' or 'eager'
+        check_preallocated(model, "static engine")
         windows = attention_windows(model.config)
-        if rope_limit(model) is not None:
-            raise ValueError(f"{family} uses a rotary embedding that changes with the sequence "
-                             "length (the cache would be recomputed); the static engine "
-                             "cannot serve it. Use the eager engine.")
-        attention = getattr(model.config, "_attn_implementation", None)
-        if attention not in (*_BOOL_MASK_ATTENTION, "eager"):
-            raise ValueError(f"{family} runs attn_implementation={attention!r}; the static "
-                             "engine needs 'sdpa' or 'eager'")
-        devices = set((getattr(model, "hf_device_map", None) or {}).values())
-        if len(devices) > 1:
-            raise ValueError(f"{family} is split over devices {sorted(map(str, devices))}; "
-                             "the static engine needs the model on one device")
         if compiled and linear_layout.installed(model):
             raise ValueError("this model object has the base engine's linear variants "
                              "installed; compile a freshly loaded model")
@@ -174,7 +162,8 @@ class StaticEngine(CurveVerbs):
                   "a CPU: the static engine runs its steps eagerly", file=sys.stderr)
             compiled = False
         self.compiled = compiled
-        self.bool_mask = attention in _BOOL_MASK_ATTENTION
+        self.bool_mask = (getattr(model.config, "_attn_implementation", None)
+                          in _BOOL_MASK_ATTENTION)
         # masked grouped-query attention over the cache as stored, not repeated per head
         self._attention_kwargs = {}
         if gqa_attention.applies(model):

@@ -14,15 +14,14 @@ from __future__ import annotations
 import torch
 
 from ..models.attention_windows import FULL, attention_windows
-from ..models.rope_limits import rope_limit
-from ..models.support import TREE_MASK_ATTENTION, check_supported
+from ..models.support import check_preallocated, check_supported
 
 FAMILIES = ("llama",)  # model_type values whose layers and cache it was checked on
 
 
 def check_batchable(model: torch.nn.Module) -> None:
     """Raise ValueError naming the reason unless the batched engine can serve ``model``."""
-    check_supported(model)  # attention over a KV cache, a tree mask the attention reads
+    check_supported(model)  # attention over a KV cache that takes the tree mask (sdpa/eager)
     config = model.config
     family = f"{type(model).__name__} (model_type {getattr(config, 'model_type', '?')!r})"
     if getattr(config, "model_type", None) not in FAMILIES:
@@ -32,14 +31,4 @@ def check_batchable(model: torch.nn.Module) -> None:
     if not (windows.uniform and windows.by_type[0][1] == FULL):
         raise ValueError(f"{family} has sliding-window or chunked attention layers; the "
                          "batched engine needs full attention in every layer")
-    if rope_limit(model) is not None:
-        raise ValueError(f"{family} uses a rotary embedding that changes with the sequence "
-                         "length; the batched engine needs a standard rotary embedding")
-    attention = getattr(config, "_attn_implementation", None)
-    if attention not in TREE_MASK_ATTENTION:
-        raise ValueError(f"{family} runs attn_implementation={attention!r}; the batched "
-                         "engine needs 'sdpa' or 'eager'")
-    devices = set((getattr(model, "hf_device_map", None) or {}).values())
-    if len(devices) > 1:
-        raise ValueError(f"{family} is split over devices {sorted(map(str, devices))}; the "
-                         "batched engine needs the model on one device")
+    check_preallocated(model, "batched engine")

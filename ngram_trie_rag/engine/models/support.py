@@ -30,6 +30,7 @@ import torch
 
 from ..cpu import gqa_attention
 from .attention_windows import attention_windows
+from .rope_limits import rope_limit
 
 # Attention implementations that apply a 4-D additive mask as given (None: the default;
 # the engine's own measured SDPA variant, installed on models it runs, is SDPA).
@@ -60,3 +61,21 @@ def check_supported(model: torch.nn.Module) -> None:
     except ValueError as error:
         raise ValueError(f"{family}: {error}; draft trees need attention layers whose "
                          "cache can be cut back. Use model.generate().") from error
+
+
+def check_preallocated(model: torch.nn.Module, engine: str) -> None:
+    """Raise ValueError naming the reason unless an engine that preallocates its cache
+    and places every token itself (``engine``: its name, for the message) can serve a
+    model :func:`check_supported` accepted: a rotary embedding whose angles depend on
+    the position alone (else the cache would be recomputed as the sequence grows), and
+    the whole model on one device."""
+    config = model.config
+    family = f"{type(model).__name__} (model_type {getattr(config, 'model_type', '?')!r})"
+    if rope_limit(model) is not None:
+        raise ValueError(f"{family} uses a rotary embedding that changes with the sequence "
+                         f"length (the cache would be recomputed); the {engine} cannot "
+                         "serve it. Use the eager engine.")
+    devices = set((getattr(model, "hf_device_map", None) or {}).values())
+    if len(devices) > 1:
+        raise ValueError(f"{family} is split over devices {sorted(map(str, devices))}; "
+                         f"the {engine} needs the model on one device")
