@@ -47,7 +47,7 @@ from .engine import KV, Engine, engine_for
 from .engine.costs.latency import LatencyCurve
 from .inputs import DraftDocument, Prompt, encode_documents, encode_prompt, fit_context
 from .util.keywords import unknown_keywords
-from .validation import check_documents, check_prompt, vocab_size
+from .validation import check_documents, check_prompt, layer_rows, vocab_size
 
 if TYPE_CHECKING:
     from .engine.batched import BatchedEngine
@@ -125,8 +125,8 @@ class SpeculativeGenerator:
         self.context_window = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self.vocab_size = vocab_size(model)  # token ids the model takes and emits
-        out = model.get_output_embeddings()  # the logits' width (may exceed the vocabulary)
-        self.logits_width = int(out.weight.shape[0]) if out is not None else self.vocab_size
+        # the logits' width (may exceed the vocabulary)
+        self.logits_width = layer_rows(model.get_output_embeddings()) or self.vocab_size
         self.engine = engine or engine_for(model)
         # learned across this generator's calls, one per engine and kind of curve it runs
         self._budgets: dict[tuple, DraftBudget] = {}
@@ -138,6 +138,7 @@ class SpeculativeGenerator:
                         tokenizer_kwargs: dict[str, Any] | None = None,
                         chat_template_kwargs: dict[str, Any] | None = None,
                         engine: str = "auto", capacity: int | None = None,
+                        quantization: str | None = None,
                         **kwargs: Any) -> SpeculativeGenerator:
         """Load a model as Transformers does and wrap it: a hub id (``"Qwen/Qwen2.5-7B-
         Instruct"``), a local folder, a ``.gguf`` file, or ``None`` for the packaged
@@ -166,6 +167,10 @@ class SpeculativeGenerator:
         reserves and compiles for, at least
         :data:`~ngram_trie_rag.engine.engine_names.MIN_CAPACITY`; ``None`` leaves the size
         to the engine. Both are checked before the weights load, so a typo costs no load.
+
+        ``quantization``: ``"int8"`` or ``"int4"`` weight-only quantization of the loaded
+        weights (see :mod:`~ngram_trie_rag.engine.quant`; greedy answers stay those of the
+        quantized model's own ``generate``); ``None`` keeps them as loaded.
         """
         from .engine.choice import make_engine
         from .engine.engine_names import check_capacity, check_engine
@@ -178,7 +183,8 @@ class SpeculativeGenerator:
         model_kwargs = {**(model_kwargs or {}), **loader}
         loaded, loaded_tokenizer = load_model(model, tokenizer=tokenizer, device=device,
                                               dtype=dtype, model_kwargs=model_kwargs,
-                                              tokenizer_kwargs=tokenizer_kwargs)
+                                              tokenizer_kwargs=tokenizer_kwargs,
+                                              quantization=quantization)
         name = os.fspath(model) if model is not None else DEFAULT_MODEL_NAME
         return cls(loaded, loaded_tokenizer, config, name=name,
                    engine=make_engine(loaded, engine, capacity),

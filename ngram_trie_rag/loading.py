@@ -183,6 +183,7 @@ def load_model(
     dtype: str | torch.dtype | None = None,
     model_kwargs: Mapping[str, Any] | None = None,
     tokenizer_kwargs: Mapping[str, Any] | None = None,
+    quantization: str | None = None,
 ) -> tuple[torch.nn.Module, Any]:
     """``(model, tokenizer)`` from a hub id, a folder, a ``.gguf`` file, or loaded objects.
 
@@ -194,18 +195,24 @@ def load_model(
     with a ``device_map`` Transformers places them. ``dtype`` default: fp32 on a CPU
     (greedy exactness is checked in fp32), bf16 on CUDA; under a ``device_map``, what
     Transformers chooses. ``tokenizer``: a loaded tokenizer, or a name to load one from
-    (default: the model's own).
+    (default: the model's own). ``quantization``: ``"int8"`` or ``"int4"`` quantizes the
+    weights once loaded (:mod:`ngram_trie_rag.engine.quant`); a device without its
+    kernels, or a second quantization in ``model_kwargs``, is refused before loading.
 
     A loaded model is returned as it is, with its tokenizer (given, or loaded from the
     name it was loaded from); moving or casting it is the caller's business.
     """
     from transformers import AutoModelForCausalLM
 
+    from .engine.quant.apply import check_loader_quantization, quantize_model
+    from .engine.quant.names import check_scheme
+
     model_kwargs = dict(model_kwargs or {})
     if isinstance(model, torch.nn.Module):
-        if device is not None or dtype is not None or model_kwargs:
-            raise ValueError("device, dtype and model_kwargs apply to a model being loaded; "
-                             "this one is already loaded (move or cast it yourself)")
+        if device is not None or dtype is not None or model_kwargs or quantization:
+            raise ValueError("device, dtype, quantization and model_kwargs apply to a model "
+                             "being loaded; this one is already loaded (move or cast it "
+                             "yourself; ngram_trie_rag.quantize_model quantizes it)")
         name = getattr(model.config, "_name_or_path", None)
         loaded_tokenizer = _tokenizer(tokenizer, name, {}, tokenizer_kwargs, model_kwargs)
         return _ready(model, loaded_tokenizer), loaded_tokenizer
@@ -224,6 +231,9 @@ def load_model(
             precision = resolve_dtype(precision, where)
         if where.type != "cpu":  # straight onto the device, never staged on the CPU
             model_kwargs["device_map"] = str(where)
+    target = _target_device(device, model_kwargs.get("device_map"))
+    check_scheme(quantization, target)
+    check_loader_quantization(quantization, model_kwargs, target)
     source, extra = model_source(model)
     if precision is not None:
         model_kwargs["dtype"] = precision
@@ -236,7 +246,20 @@ def load_model(
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise _load_error(source, exc) from exc
+    if quantization is not None:
+        quantize_model(loaded, quantization)
     return _ready(loaded, loaded_tokenizer), loaded_tokenizer
+
+
+def _target_device(device: str | torch.device | None, device_map: Any) -> torch.device | None:
+    """Where the weights will be: ``device``, a ``device_map`` naming one device, the
+    default device; ``None`` when a map spreads them (Transformers decides)."""
+    if device_map is None:
+        return torch.device(device) if device is not None else default_device()
+    if isinstance(device_map, str | torch.device) and str(device_map) not in (
+            "auto", "balanced", "balanced_low_0", "sequential"):
+        return torch.device(device_map)
+    return None
 
 
 def _tokenizer(tokenizer: Any, source: str | None, extra: Mapping[str, Any],

@@ -233,11 +233,21 @@ def vocab_size(model: Any) -> int:
     output layer (the smaller, should they differ); the config's count when it has none."""
     rows = []
     for get in ("get_input_embeddings", "get_output_embeddings"):
-        layer = getattr(model, get, lambda: None)()
-        weight = getattr(layer, "weight", None)
-        if weight is not None:
-            rows.append(int(weight.shape[0]))
+        count = layer_rows(getattr(model, get, lambda: None)())
+        if count is not None:
+            rows.append(count)
     return min(rows) if rows else int(model.config.vocab_size)
+
+
+def layer_rows(layer: Any) -> int | None:
+    """The rows of an embedding or output layer (token ids in, or logits out), from its
+    declared size (quantized layers hold no float ``weight``), else its weight's."""
+    for size in ("num_embeddings", "out_features"):
+        value = getattr(layer, size, None)
+        if isinstance(value, int):
+            return value
+    weight = getattr(layer, "weight", None)
+    return int(weight.shape[0]) if weight is not None else None
 
 
 def check_draft_config(n: Any, prefix_len: Any, num_draft: Any, method: Any, adaptive: Any,

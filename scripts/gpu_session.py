@@ -40,6 +40,9 @@ Parts:
   Spec-Bench RAG at 1, 4, 16 and 64 users, fp32 (exactness against ``local``) then bf16
   (``serving-fp32.json``, ``serving-bf16.json``). Not in the default parts: ``--only
   serving`` (the shell script) or ``--parts serving``.
+- ``quantized``: ``bench --quantize int8`` and ``int4`` with ``vanilla`` and ``trie``, fp32
+  (exactness against the quantized model's own ``generate``) then bf16
+  (``quantized-int8-float32.json``, ...). Not in the default parts: ``--parts quantized``.
 
 TF32 stays off (PyTorch's default for matrix products), so fp32 is fp32.
 """
@@ -311,13 +314,25 @@ def static(out: Path, device: torch.device, quick: bool, deadline: float, spec: 
 
 
 def _bench(result: Path, model: Path, data: Path, device: torch.device, dtype: str,
-           methods: str, limit: int, tokens: int, engine: str = "auto") -> None:
+           methods: str, limit: int, tokens: int, engine: str = "auto",
+           extra: tuple[str, ...] = ()) -> None:
     start = time.perf_counter()
     code = cli(["bench", "--data", str(data), "--model", str(model), "--device", device.type,
                 "--dtype", dtype, "--methods", methods, "--limit", str(limit),
                 "--max-new-tokens", str(tokens), "--engine", engine, "--no-progress",
-                "--out", str(result)])
+                "--out", str(result), *extra])
     print(f"{result.name}: exit {code}, {time.perf_counter() - start:.1f} s", flush=True)
+
+
+def quantized(out: Path, device: torch.device, quick: bool, gguf: Path, data: Path) -> None:
+    """``bench --quantize int8`` and ``int4`` (``vanilla``, ``trie``), fp32 (exactness
+    against the quantized model's own ``generate``) then bf16, beside the ``bench`` part's
+    unquantized runs (``quantized-int4-bfloat16.json``, ...)."""
+    limit, tokens = (1, 16) if quick else (8, 128)
+    for scheme in ("int8", "int4"):
+        for dtype in ("float32", "bfloat16"):
+            _bench(out / f"quantized-{scheme}-{dtype}.json", gguf, data, device, dtype,
+                   "vanilla,trie", limit, tokens, extra=("--quantize", scheme))
 
 
 def gpu_tests(out: Path, model: Path | None, select: str = "") -> None:
@@ -415,6 +430,8 @@ def main() -> None:
                                                   if args.meta else None), args.tests_k)
             elif part == "bench":
                 bench(args.out, device, args.quick, args.gguf, args.data)
+            elif part == "quantized":
+                quantized(args.out, device, args.quick, args.gguf, args.data)
             elif part == "serving":
                 serving(args.out, device, args.quick, args.gguf, args.data)
             elif part == "agreement":

@@ -12,7 +12,8 @@
 # run stays under ten minutes); smoke and compiled with --meta (the default model's config
 # and tokenizer files); bench with --gguf (the packaged model's weights); then report
 # (OUTDIR/report.md and report.json). PYTHON picks the interpreter (default python3).
-# Not in the default parts: --only serving (with --gguf) runs bench-serve's local methods.
+# Not in the default parts: --only serving (with --gguf) runs bench-serve's local methods;
+# --only quantized (with --gguf) runs bench --quantize int8 and int4, fp32 then bf16.
 #
 # --carry CARRY: a host with no network and no copy of the shared data. CARRY/wheels are
 # installed into $STAGE/site, CARRY/meta and CARRY/data are used, and each CARRY/part-K

@@ -28,7 +28,7 @@ BACKENDS = ("local", "vllm")
 ONLY_FOR: dict[Place, tuple[str, ...]] = {
     "local": ("generator", "tokenizer", "device", "dtype", "model_kwargs", "tokenizer_kwargs",
               "chat_template_kwargs", "n", "prefix_len", "num_draft", "method",
-              "repetition_stop", "engine", "capacity", *ANSWER_SETTINGS),
+              "repetition_stop", "engine", "capacity", "quantization", *ANSWER_SETTINGS),
     "vllm": ("vllm_engine_args", "num_speculative_tokens"),
     "vllm-server": (),
 }
@@ -89,6 +89,7 @@ class BackendSettings:
     prefix_len: int = 3
     engine: str = "auto"
     capacity: int | None = None
+    quantization: str | None = None
     generator: Any = None
     backend_was_set: bool = False
 
@@ -117,6 +118,7 @@ def open_backend(settings: BackendSettings) -> Backend:
                                     dtype=settings.dtype, n=settings.n,
                                     prefix_len=settings.prefix_len,
                                     engine=settings.engine, capacity=settings.capacity,
+                                    quantization=settings.quantization,
                                     model_kwargs=settings.model_kwargs,
                                     tokenizer_kwargs=settings.tokenizer_kwargs,
                                     chat_template_kwargs=settings.chat_template_kwargs)
@@ -153,7 +155,8 @@ def _own_generator(settings: BackendSettings) -> Any:
     model, tokenizer = load_model(settings.model, tokenizer=settings.tokenizer,
                                   device=settings.device, dtype=settings.dtype,
                                   model_kwargs=settings.model_kwargs,
-                                  tokenizer_kwargs=settings.tokenizer_kwargs)
+                                  tokenizer_kwargs=settings.tokenizer_kwargs,
+                                  quantization=settings.quantization)
     return SpeculativeGenerator(model, tokenizer, n=settings.n, prefix_len=settings.prefix_len,
                                 engine=make_engine(model, settings.engine, settings.capacity),
                                 chat_template_kwargs=dict(settings.chat_template_kwargs or {}))

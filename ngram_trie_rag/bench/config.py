@@ -44,6 +44,7 @@ class RunConfig:
     calibrate: bool = False  # measure the latency curve first (else the stored or probed one)
     engine: str = "auto"  # one of engine_names.ENGINES (ngram_trie_rag.engine.choice)
     capacity: int | None = None  # cache positions a preallocating engine reserves; None: sized
+    quantization: str | None = None  # "int8" / "int4" weights (engine.quant); None: as loaded
     command: str | None = None  # the command line, for the record; None = sys.argv
 
     def __post_init__(self) -> None:
@@ -58,8 +59,10 @@ class RunConfig:
         if self.background_load < 0:
             raise ValueError(f"background_load must be >= 0, got {self.background_load}")
         from ..engine.engine_names import check_capacity, check_engine
+        from ..engine.quant.names import check_scheme
 
         check_capacity(self.capacity, check_engine(self.engine))
+        check_scheme(self.quantization)
         _check_positive(max_new_tokens=self.max_new_tokens)
 
 

@@ -28,13 +28,20 @@ def command_line(command: str | None) -> str:
 
 def environment(gen: SpeculativeGenerator) -> dict:
     """Model, dtype, device, threads, library versions and machine."""
+    from ..engine.quant import model_bytes, quantization_of
+    from ..engine.quant.apply import SUMMARY
+
     model = gen.model
     device = model.device
+    summary = getattr(model, SUMMARY, None)
     meta = {
         "model": gen.model_name,
         "model_type": getattr(model.config, "model_type", None),
-        "parameters": sum(p.numel() for p in model.parameters()),
+        "parameters": summary["parameters"] if summary else sum(
+            p.numel() for p in model.parameters()),
         "dtype": str(model.dtype).removeprefix("torch."),
+        "quantization": quantization_of(model),
+        "weights_bytes": model_bytes(model),  # parameters and buffers, as loaded
         "device": str(device),
         "engine": gen.engine.describe().label(),
         "threads": torch.get_num_threads(),

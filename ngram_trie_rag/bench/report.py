@@ -68,7 +68,8 @@ def bench_table(results: dict) -> str:
     footer = (
         f"oracle accept length {fmt(meta['oracle_accept_length'])} | {meta['rows_used']} prompts "
         f"of {Path(meta['data']).name}, max_new_tokens {meta['max_new_tokens']} | "
-        f"{meta['model']} {meta['dtype']} on {meta['device']}, {_threads(meta['threads'])} | "
+        f"{meta['model']} {meta['dtype']}{_weights(meta)} on {meta['device']}, "
+        f"{_threads(meta['threads'])} | "
         f"n={d['n']} L_p={d['prefix_len']} num_draft={_budget(d)}"
         + (f" | latency curve: {meta['latency_curve']}" if meta.get("latency_curve") else "")
         + (f" ({'measured' if meta['variants_chosen'] else 'stock'} forward variants)"
@@ -177,3 +178,13 @@ def _pct(share: float | None) -> float | None:
 
 def _threads(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
+
+
+def _weights(meta: dict) -> str:
+    """`` int4, weights 112.7 MB``: the quantization and the loaded weights' memory (older
+    result files have neither)."""
+    size = meta.get("weights_bytes")
+    if size is None:
+        return ""
+    scheme = meta.get("quantization")
+    return f"{f' {scheme}' if scheme else ''}, weights {size / 1e6:.1f} MB"

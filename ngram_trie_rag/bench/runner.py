@@ -47,7 +47,8 @@ def load_generator(cfg: RunConfig, generator: SpeculativeGenerator | None = None
         torch.set_num_threads(cfg.threads)
     if generator is None:
         generator = SpeculativeGenerator.from_pretrained(cfg.model, device=cfg.device,
-                                                         dtype=cfg.dtype, engine=cfg.engine)
+                                                         dtype=cfg.dtype, engine=cfg.engine,
+                                                         quantization=cfg.quantization)
     # Every method prefills its whole prompt, as generate does: a cache kept from the
     # previous method's run of the same prompt would make the first token free.
     generator.engine.reuse_prefixes(False)

@@ -134,3 +134,14 @@ def engine_flags(args: argparse.Namespace) -> tuple[str, int | None]:
     except ValueError as exc:
         raise ValueError(f"--capacity {args.capacity} with --engine {args.engine}: {exc}"
                          ) from None
+
+
+def add_quantize_flag(parser: argparse.ArgumentParser) -> None:
+    """``--quantize``, read alike by every command that loads the model it answers with
+    (``from_pretrained(quantization=...)``)."""
+    from ..engine.quant.names import SCHEMES
+
+    parser.add_argument("--quantize", choices=SCHEMES, default=None,
+                        help="weight-only quantization of the loaded weights: int8 or int4 "
+                        "(CPU and CUDA kernels; answers stay the quantized model's own greedy "
+                        "ones); default: the weights as loaded")

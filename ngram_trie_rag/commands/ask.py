@@ -34,6 +34,7 @@ from ..decoding.repetition import DEFAULT_N
 from .arguments import (
     add_engine_flags,
     add_model_flags,
+    add_quantize_flag,
     engine_flags,
     positive_int,
     repetition_window,
@@ -72,6 +73,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         add_engine_flags(p, note="auto is eager, --capacity unused, where an ask answers "
                          "in its own process (--keep-alive 0), which would never collect "
                          "what compiling costs" if name == "ask" else "")
+        add_quantize_flag(p)
         p.add_argument("--k", type=positive_int, default=4, help="passages given to the model")
         p.add_argument("--candidates", type=positive_int, default=20,
                        help="passages retrieved before reranking")
@@ -223,7 +225,7 @@ class Session:
             # requests find it loaded.
             self.backend = LocalBackend(shared_generator(
                 args.model, device=args.device, dtype=args.dtype,
-                engine=engine, capacity=capacity))
+                engine=engine, capacity=capacity, quantization=args.quantize))
             # The embedder loads lazily: loaded here, its second does not count as retrieval.
             self.retriever.embedder.load()
             self.rerank = self._choose_reranker()

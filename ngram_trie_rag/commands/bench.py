@@ -11,7 +11,7 @@ from ..bench.config import CONSTRAINED_METHODS, METHODS, TREE_METHODS, BenchConf
 from ..bench.data import EXPECTED_SHAPES, DataFormatError
 from ..bench.report import bench_table, sweep_tables, write_json
 from ..engine.engine_names import ENGINES, MIN_CAPACITY
-from .arguments import add_model_flags, capacity_positions, int_list
+from .arguments import add_model_flags, add_quantize_flag, capacity_positions, int_list
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
@@ -21,6 +21,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
                    help="new tokens per answer, at most (default: %(default)s)")
     add_model_flags(p, dtype_default="float32")
+    add_quantize_flag(p)
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch.set_num_threads for every method (default: torch's choice)")
     p.add_argument("--warmup", type=int, default=1, metavar="N",
@@ -119,7 +120,7 @@ def _common(args: argparse.Namespace) -> dict:
             "model": args.model, "dtype": args.dtype, "device": args.device,
             "threads": args.threads, "warmup": args.warmup,
             "background_load": args.background_load, "calibrate": args.calibrate,
-            "engine": args.engine, "capacity": args.capacity}
+            "engine": args.engine, "capacity": args.capacity, "quantization": args.quantize}
 
 
 def bench_config(args: argparse.Namespace) -> BenchConfig:
@@ -203,4 +204,5 @@ def _with_capacity(cfg: Any) -> Any:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     return SpeculativeGenerator.from_pretrained(cfg.model, device=cfg.device, dtype=cfg.dtype,
-                                                engine=cfg.engine, capacity=cfg.capacity)
+                                                engine=cfg.engine, capacity=cfg.capacity,
+                                                quantization=cfg.quantization)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .arguments import add_engine_flags, add_model_flags, engine_flags
+from .arguments import add_engine_flags, add_model_flags, add_quantize_flag, engine_flags
 
 EAGER_ENGINES = ("eager", "static", "uniform")  # engines with no compiled step
 
@@ -37,6 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_model_flags(p)
     add_engine_flags(p, note="after the curve, an engine that compiles (auto, compiled, "
                      "uniform-compiled) compiles its step's shapes")
+    add_quantize_flag(p)
     p.add_argument("--show", action="store_true",
                    help="print the stored curve and its source; measure nothing")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -52,7 +53,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..loading import load_model
 
     engine_name, capacity = engine_flags(args)  # before the load
-    model, _ = load_model(args.model, device=args.device, dtype=args.dtype)
+    model, _ = load_model(args.model, device=args.device, dtype=args.dtype,
+                          quantization=args.quantize)
     engine = engine_for(model)
     if args.show:
         curve, path = engine.stored_curve()

@@ -92,7 +92,8 @@ def _ask_resident(raw: list[str], args: argparse.Namespace) -> int:
         else args.keep_alive
     if keep_alive == 0 or not resident.AVAILABLE:
         return args.func(args)
-    key = resident.worker_key(args.model, args.device, args.dtype, args.engine, args.capacity)
+    key = resident.worker_key(args.model, args.device, args.dtype, args.engine, args.capacity,
+                              args.quantize)
     return resident.ask(raw, key, keep_alive, quiet=args.json)
 
 

@@ -82,7 +82,8 @@ def in_worker() -> bool:
 
 
 def worker_key(model: str | None, device: str | None, dtype: str | None,
-               engine: str = "auto", capacity: int | None = None) -> str:
+               engine: str = "auto", capacity: int | None = None,
+               quantization: str | None = None) -> str:
     """What a worker must share with this process to answer exactly as it would: a
     worker holds its engine's compiled shapes and preallocated cache, so another engine
     or capacity gets a worker of its own. A capacity that does not fit the engine is a
@@ -94,7 +95,7 @@ def worker_key(model: str | None, device: str | None, dtype: str | None,
         model = str(Path(model).expanduser().resolve())
     env = sorted((k, v) for k, v in os.environ.items()
                  if k.startswith(ENV_PREFIXES) and k not in ENV_IGNORED)
-    payload = [model, device, dtype, engine, capacity, sys.executable,
+    payload = [model, device, dtype, engine, capacity, quantization, sys.executable,
                _package_fingerprint(), env]
     return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:20]
 

@@ -27,7 +27,7 @@ import sys
 
 from ..engine.engine_names import LOCAL_SERVER
 from ..serving.server import DEFAULT_K, server_argv, server_env
-from .arguments import add_engine_flags, positive_int
+from .arguments import add_engine_flags, add_quantize_flag, positive_int
 from .errors import USER_ERRORS, first_line
 
 MAX_BATCH = 16
@@ -64,6 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                      "local one; local is this package's server over the local engine "
                      "(which then chooses its forwards as with auto); the other values "
                      "are refused here")
+    add_quantize_flag(p)
     p.add_argument("--max-batch", type=positive_int, default=None,
                    help=f"local only: requests decoded together by the batch scheduler "
                         f"(default {MAX_BATCH})")
@@ -132,6 +133,7 @@ def local_engine_flags(args: argparse.Namespace) -> str | None:
                 f"serve --engine {LOCAL_SERVER})")
     given = [flag for flag, value in (("--max-batch", args.max_batch),
                                       ("--max-queue", args.max_queue),
+                                      ("--quantize", args.quantize),
                                       ("--device", args.device)) if value is not None]
     if given:
         return (f"{', '.join(given)} apply to the local server (serve --engine "
@@ -153,7 +155,8 @@ def local_flags(args: argparse.Namespace) -> str | None:
         why = ("" if args.engine == LOCAL_SERVER else
                " (vLLM is not installed here, so serve runs the local server)")
         return (f"{', '.join(given)} apply to vLLM's server; the local server{why} takes "
-                "--model, --dtype, --device, --capacity, --max-batch and --max-queue")
+                "--model, --dtype, --device, --quantize, --capacity, --max-batch and "
+                "--max-queue")
     return None
 
 
@@ -166,7 +169,8 @@ def serve_locally(args: argparse.Namespace) -> int:
     try:
         generator = SpeculativeGenerator.from_pretrained(args.model, device=args.device,
                                                          dtype=args.dtype, engine="auto",
-                                                         capacity=args.capacity)
+                                                         capacity=args.capacity,
+                                                         quantization=args.quantize)
     except USER_ERRORS as exc:
         if args.engine == LOCAL_SERVER:
             raise

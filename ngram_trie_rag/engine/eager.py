@@ -31,6 +31,7 @@ from .models.rope_limits import UNLIMITED, rope_limit
 from .models.support import check_supported
 from .prefix_reuse import PrefixKeeper
 from .protocol import KV, EngineInfo, StepInputs
+from .quant import attention as quant_attention
 from .trees.tree_attention import tree_inputs
 
 
@@ -58,6 +59,8 @@ class EagerEngine(CurveVerbs):
         self.windows: AttentionWindows = attention_windows(model.config)
         self._rope_limit = rope_limit(model)  # dynamic / longrope RoPE: depth limits
         self.packed_gqa = gqa_attention.applies(model)  # CPU + SDPA + GQA: no repeat_kv
+        # a quantized model's attention reads fp64: its cache holds fp64 (exact widening)
+        self.fp64_cache = quant_attention.installed(model)
         # Steps without module dispatch where the structure allows; None: the modules.
         direct = direct_step and llama_step.applies(model)
         self.step = llama_step.for_model(model) if direct else None
@@ -120,7 +123,7 @@ class EagerEngine(CurveVerbs):
         cache by it; this one grows as it goes)."""
         kv, start = self.prefixes.take(ids)
         if kv is None:
-            kv = KV(new_cache(), 0, [])
+            kv = KV(new_cache(self.fp64_cache), 0, [])
         with intra_op_threads(self._threads(probe=False)):
             logits = self._prefill(kv.cache, ids[start:])[0]
         kv.length, kv.ids[start:], kv.reused = len(ids), ids[start:], start
@@ -159,7 +162,7 @@ class EagerEngine(CurveVerbs):
             kv.threads_used[threads] = kv.threads_used.get(threads, 0) + 1
         with intra_op_threads(threads):
             if inputs.recompute:  # the whole sequence again, into a fresh cache
-                kv.cache = new_cache()
+                kv.cache = new_cache(self.fp64_cache)
                 return self._prefill(kv.cache, [*kv.ids, *inputs.tokens])
             start = time.perf_counter()
             logits = forward(self.model, self.step, inputs.ids, inputs.positions,

@@ -64,8 +64,18 @@ class BufferLayer(DynamicLayer):
         self._key_buf, self._value_buf = keys, values
 
 
-def new_cache() -> DynamicCache:
-    """A cache of :class:`BufferLayer` full layers.
+class Fp64BufferLayer(BufferLayer):
+    """A :class:`BufferLayer` holding fp64 keys and values, for a model whose attention
+    runs in fp64 (a quantized one, :mod:`~ngram_trie_rag.engine.quant.attention`): the
+    cache is widened once per written row instead of once per step and layer. fp32 ->
+    fp64 is exact, so attention reads the same values."""
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states.double(), value_states.double())
+
+
+def new_cache(fp64: bool = False) -> DynamicCache:
+    """A cache of :class:`BufferLayer` full layers (:class:`Fp64BufferLayer` with ``fp64``).
 
     Models with sliding-window or chunked layers still get full layers here, where
     ``generate`` uses ``DynamicSlidingWindowLayer`` (the last ``window - 1`` keys): the
@@ -74,7 +84,7 @@ def new_cache() -> DynamicCache:
     and keeps compaction uniform.
     """
     cache = DynamicCache()
-    cache.layer_class_to_replicate = BufferLayer
+    cache.layer_class_to_replicate = Fp64BufferLayer if fp64 else BufferLayer
     return cache
 
 

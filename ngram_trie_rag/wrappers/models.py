@@ -20,7 +20,7 @@ import torch
 from ..backends.settings import DESCRIBED, BackendSettings
 
 # Settings that load a model: they mean nothing for a model already loaded.
-LOADER_SETTINGS = ("device", "dtype", "model_kwargs", "device_map")
+LOADER_SETTINGS = ("device", "dtype", "model_kwargs", "device_map", "quantization")
 # Loader keywords holding a credential: never traced, shown or dumped.
 SECRET_KEYS = frozenset({"token", "use_auth_token"})
 

@@ -42,6 +42,7 @@ from ..decoding.repetition import DEFAULT_N
 from ..drafting import AnswerStore
 from ..drafting.config import DraftConfig
 from ..engine.engine_names import ENGINES, MIN_CAPACITY, check_capacity, check_engine
+from ..engine.quant.names import check_scheme
 from ..util.keywords import unknown_keywords
 from ..validation import not_bool
 from .answer_scopes import (
@@ -121,6 +122,11 @@ class WrapperSettings(BaseModel):
         default=None, description=f"Cache positions (at least {MIN_CAPACITY}) a "
         "preallocating engine (any but 'eager') reserves and compiles for; None leaves the "
         "size to the engine. Local engine only.")
+    quantization: str | None = Field(
+        default=None, description="'int8' or 'int4': weight-only quantization of the loaded "
+        "weights (about 0.30x / 0.21x the fp32 model's memory for the default model), decoded "
+        "exactly as the quantized model's own generate; None keeps the weights as loaded. "
+        "Local engine only; a model loaded with a quantization_config runs as it is.")
     n: int = Field(default=13, description="Trie window n: prefix plus suffix tokens per "
                    "sample (paper: 13).")
     prefix_len: int = Field(default=3, description="Longest matched prefix L_p (paper: 3); "
@@ -173,6 +179,11 @@ class WrapperSettings(BaseModel):
     @classmethod
     def _known_engine(cls, value: Any) -> str:
         return check_engine(value)  # a misspelt name fails here, with the nearest one
+
+    @field_validator("quantization", mode="before")
+    @classmethod
+    def _known_quantization(cls, value: Any) -> str | None:
+        return check_scheme(value)  # a misspelt name fails here, with the nearest one
 
     @field_validator("remember_answers", "answer_store", "max_answer_scopes",
                      "max_tokens_per_scope", mode="before")
@@ -257,7 +268,8 @@ class WrapperSettings(BaseModel):
             tokenizer_kwargs=self.tokenizer_kwargs,
             chat_template_kwargs=self.chat_template_kwargs, n=self.n,
             prefix_len=self.prefix_len, engine=self.engine, capacity=self.capacity,
-            generator=generator, backend_was_set="backend" in self.model_fields_set)
+            quantization=self.quantization, generator=generator,
+            backend_was_set="backend" in self.model_fields_set)
 
     def settings_given(self) -> set[str]:
         """Core names of the settings the caller set (for refusing foreign ones); the
@@ -290,6 +302,10 @@ class WrapperSettings(BaseModel):
         which runs on the engine it was built with (they would be silently ignored)."""
         check_capacity(self.capacity, self.engine)
         chosen = sorted(set(ENGINE_DEFAULTS) & self.settings_given())
+        if has_generator and self.quantization is not None:
+            raise ValueError("quantization cannot be set with generator=: the generator's "
+                             "weights are loaded already (build it with SpeculativeGenerator"
+                             ".from_pretrained(..., quantization=...))")
         if has_generator and chosen:
             raise ValueError(f"{' and '.join(self.spelled(n) for n in chosen)} cannot be "
                              "set with generator=: the generator has its own engine (build "

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from ..engine.choice import make_engine
 from ..engine.engine_names import check_capacity, check_engine
+from ..engine.quant.names import check_scheme
 from ..generator import SpeculativeGenerator
 from ..loading import default_device, resolve_dtype
 
@@ -35,7 +36,7 @@ T = TypeVar("T")
 
 
 def _key(model: str | None, device: str | None, dtype: str | None,
-         loader: Mapping[str, Any]) -> tuple:
+         loader: Mapping[str, Any], quantization: str | None = None) -> tuple:
     """Equal settings, equal key: an existing path absolute, a hub id as given, the
     device and dtype resolved, and the loader keywords (by their text: a quantization
     config or a device map compares by what it says)."""
@@ -48,13 +49,14 @@ def _key(model: str | None, device: str | None, dtype: str | None,
     else:
         where = torch.device(device) if device else default_device()
         precision = dtype if dtype == "auto" else resolve_dtype(dtype, where)
-    return (model, str(where), str(precision),
+    return (model, str(where), str(precision), quantization,
             tuple(sorted((k, repr(v)) for k, v in loader.items())))
 
 
 def shared_generator(model: str | None = None, *, device: str | None = None,
                      dtype: str | None = None, n: int = 13, prefix_len: int = 3,
                      engine: str = "auto", capacity: int | None = None,
+                     quantization: str | None = None,
                      model_kwargs: Mapping[str, Any] | None = None,
                      tokenizer_kwargs: Mapping[str, Any] | None = None,
                      chat_template_kwargs: Mapping[str, Any] | None = None,
@@ -71,16 +73,19 @@ def shared_generator(model: str | None = None, *, device: str | None = None,
         engine: what runs the forwards, as in ``from_pretrained`` (default ``"auto"``).
         capacity: the cache positions a preallocating engine reserves (``None``: the
             engine's own size).
+        quantization: ``"int8"`` / ``"int4"`` weights, or ``None`` (as loaded); part of
+            what the weights are, so each is loaded once.
         model_kwargs: passed to ``AutoModelForCausalLM.from_pretrained``.
         tokenizer_kwargs: passed to ``AutoTokenizer.from_pretrained``.
         chat_template_kwargs: for the chat template of every prompt of this generator.
     """
     check_capacity(capacity, check_engine(engine))  # before a load, not after
+    check_scheme(quantization)
     loader = {"model": dict(model_kwargs or {}), "tokenizer": dict(tokenizer_kwargs or {}),
               "template": dict(chat_template_kwargs or {})}
     key = _key(model, device, dtype, {**loader["model"], **{
         f"tokenizer.{k}": v for k, v in loader["tokenizer"].items()}, **{
-        f"template.{k}": v for k, v in loader["template"].items()}})
+        f"template.{k}": v for k, v in loader["template"].items()}}, quantization)
     engine_key = (*key, engine, capacity)
     with _LOCK:
         shaped = _SHAPED.get((*engine_key, n, prefix_len))
@@ -90,6 +95,7 @@ def shared_generator(model: str | None = None, *, device: str | None = None,
         if base is None:
             base = SpeculativeGenerator.from_pretrained(
                 key[0], device=device, dtype=dtype, engine=engine, capacity=capacity,
+                quantization=quantization,
                 model_kwargs=loader["model"], tokenizer_kwargs=loader["tokenizer"],
                 chat_template_kwargs=loader["template"])
             _BASE[key] = base

@@ -348,3 +348,18 @@ def test_one_host_sync_per_greedy_tree_step(capsys) -> None:
     with capsys.disabled():
         print(f"\nhost syncs per greedy tree step (static engine, eager): {counts}")
     assert counts[1:] == [1] * (len(counts) - 1), sites  # the first step allocates
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_quantized_greedy_equals_its_own_generate(scheme: str) -> None:
+    """Weight-only int8 / int4 on the device's kernels (bf16 activations into them, fp32
+    elsewhere, attention in fp64): the trie and the chain give the quantized model's own
+    ``generate`` tokens."""
+    _fp32_means_fp32()
+    gen = SpeculativeGenerator.from_pretrained(MODEL, device=DEVICE, dtype="float32",
+                                               quantization=scheme)
+    for messages in _messages():
+        expected = greedy_reference(gen.model, gen.encode_prompt(messages), MAX_NEW)
+        for method in ("trie", "chain"):
+            result = gen.generate(messages, max_new_tokens=MAX_NEW, method=method)
+            assert result.token_ids == expected, method

@@ -109,6 +109,7 @@ class NGramTrieSettings(WrapperSettings):
         self.check_all()
         check_loading(self.runs_on, self.model, {
             "device": self.device, "dtype": self.dtype, "model_kwargs": self.model_kwargs,
+            "quantization": self.quantization,
             "device_map": self.device_map, "tokenizer": self.tokenizer,
             "tokenizer_kwargs": self.tokenizer_kwargs})
         return self

@@ -59,6 +59,12 @@ class Stored:
     transposed_rows: frozenset[int]
 
 
+def quantization_of(model: torch.nn.Module) -> str | None:
+    from ..quant import quantization_of as of
+
+    return of(model)
+
+
 def store_dir() -> Path:
     """``<cache>/compiled``: one folder per key."""
     return cache_dir() / "compiled"
@@ -70,7 +76,8 @@ def artifact_key(model: torch.nn.Module, capacity: int, step_sizes: Sequence[int
     the layout (stored in the entry: the next process takes it as stored)."""
     cfg = model.config
     what = [FORMAT, type(model).__name__, cfg.to_json_string(use_diff=False),
-            str(model.dtype), str(model.device), host(), capacity, list(step_sizes), mode]
+            str(model.dtype), str(model.device), host(), capacity, list(step_sizes), mode,
+            quantization_of(model)]
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 

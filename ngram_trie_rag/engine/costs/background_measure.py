@@ -54,6 +54,8 @@ from typing import IO, TYPE_CHECKING
 
 import torch
 
+from ..quant import SCHEMES, model_bytes, quantization_of
+
 if TYPE_CHECKING:
     from .curve_cache import ModelCurve
 
@@ -135,7 +137,10 @@ def why_not(model: torch.nn.Module) -> str | None:
         return f"the model is on {model.device.type}, not a CPU"
     if not hasattr(signal, "SIGSTOP"):
         return "no SIGSTOP on this platform (a measurement could not be paused)"
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    scheme = quantization_of(model)
+    if scheme is not None and scheme not in SCHEMES:
+        return f"its weights are quantized by {scheme} (another process would not load them alike)"
+    weights = model_bytes(model)
     available = _available_memory()
     if available is not None and weights > MEMORY_SHARE * available:
         return (f"the weights ({weights / 2**30:.1f} GiB) would take over half of the "
@@ -167,12 +172,14 @@ def child_settings(model: torch.nn.Module, folder: Path) -> dict:
     """What the measuring process needs to load the model as this one runs it (the curve
     key: architecture and size, dtype, device, threads, the forward it takes)."""
     from ..cpu import gqa_attention
+    from ..quant import attention as quant_attention
 
     attention = getattr(model.config, "_attn_implementation", None)
-    if attention == gqa_attention.NAME:  # SDPA, as the engine installed it: it does again
-        attention = "sdpa"
+    if attention in (gqa_attention.NAME, quant_attention.NAME):
+        attention = "sdpa"  # as loaded; the engine, or quantizing, installs its own again
     return {"folder": str(folder), "dtype": str(model.dtype).removeprefix("torch."),
-            "threads": torch.get_num_threads(), "attn_implementation": attention}
+            "threads": torch.get_num_threads(), "attn_implementation": attention,
+            "quantization": quantization_of(model)}
 
 
 def _watch(proc: subprocess.Popen, errors: IO[bytes], costs: ModelCurve, key: tuple
@@ -261,6 +268,7 @@ def _measure(settings: dict) -> None:
     from transformers import AutoModelForCausalLM
 
     from ..eager import engine_for
+    from ..quant import quantize_model
     from .latency import note_resumed
 
     signal.signal(signal.SIGCONT, note_resumed)  # a forward timed across a pause is redone
@@ -269,6 +277,8 @@ def _measure(settings: dict) -> None:
     if settings.get("attn_implementation"):
         kwargs["attn_implementation"] = settings["attn_implementation"]
     model = AutoModelForCausalLM.from_pretrained(settings["folder"], **kwargs).eval()
+    if settings.get("quantization"):
+        quantize_model(model, settings["quantization"])
     disable()  # this process measures; it never starts another
     if engine_for(model).calibrate() is None:
         raise SystemExit("the latency cache is not writable")

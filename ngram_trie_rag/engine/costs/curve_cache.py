@@ -54,11 +54,13 @@ _GUARD = threading.Lock()
 
 def curve_key(model: torch.nn.Module, step: LlamaStep | None) -> tuple:
     """What a curve depends on in the process: the architecture and size, dtype, device,
-    threads, and whether forwards run the Llama step."""
+    threads, whether forwards run the Llama step, and how the weights are quantized."""
+    from ..quant import quantization_of
+
     cfg = model.config
     return (type(model).__name__, cfg.model_type, model.num_parameters(), str(model.dtype),
             str(model.device), torch.get_num_threads(), cfg.num_hidden_layers,
-            cfg.hidden_size, step is not None)
+            cfg.hidden_size, step is not None, quantization_of(model))
 
 
 def curve_for(model: torch.nn.Module, *, step: LlamaStep | None, packed_gqa: bool,

@@ -37,6 +37,7 @@ from ..cpu.llama_step import LlamaStep
 from ..cpu.thread_governor import intra_op_threads
 from ..models.attention_windows import AttentionWindows
 from ..protocol import Layout
+from ..quant import attention as quant_attention
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class _ForwardTimer:
                             int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
         self.gen = torch.Generator().manual_seed(0)
         prefix = self._random(self.past_len)
-        self.cache = new_cache()
+        self.cache = new_cache(quant_attention.installed(model))
         with torch.inference_mode():
             model(input_ids=prefix, **cache_kwargs(model, self.cache), use_cache=True,
                   logits_to_keep=1)

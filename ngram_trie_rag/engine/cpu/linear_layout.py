@@ -125,11 +125,13 @@ def applies(model: torch.nn.Module) -> bool:
 
 
 def _linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
-    """The model's plain ``nn.Linear`` layers (subclasses, e.g. quantised ones, excluded)."""
+    """The model's plain ``nn.Linear`` layers (subclasses and quantized weights, e.g.
+    torchao's tensor subclasses, excluded)."""
     found = _LINEARS.get(model)
     if found is None:
         found = [m for m in model.modules() if type(m) is torch.nn.Linear
-                 and m.weight.dim() == 2 and m.weight.dtype.is_floating_point]
+                 and m.weight.dim() == 2 and m.weight.dtype.is_floating_point
+                 and type(m.weight) in (torch.Tensor, torch.nn.Parameter)]
         _LINEARS[model] = found
     return found
 

@@ -18,8 +18,10 @@ linear layout, packed or stock single-query attention, tree masks.
 
 Only the generator's own steps run here; prefill, ``generate`` and anything else keep
 the modules. :func:`applies` checks the structure it relies on and anything else --
-another architecture, biases, quantised or hooked layers, another attention
-implementation, a GPU (where this has not been measured) -- runs the modules.
+another architecture, biases, hooked layers, weights quantized by another library
+(tensor subclasses), another attention implementation, a GPU (where this has not been
+measured) -- runs the modules. Layers quantized by :mod:`ngram_trie_rag.engine.quant`
+run here, called as they are (stock layout only: the other layouts pack float weights).
 """
 
 from __future__ import annotations
@@ -31,10 +33,17 @@ import torch
 import torch.nn.functional as F
 
 from ..protocol import Layout
+from ..quant import attention as quant_attention
+from ..quant.embedding import Int8Embedding
+from ..quant.linear import QuantizedLinear
 from . import gqa_attention
 from .linear_layout import prepacked, prepacked_product, transposed_product
 
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+# A layer's matrix: the module's own weight, or a quantized layer (called as it is).
+Matrix = torch.Tensor | QuantizedLinear
 
 
 class LayerWeights(NamedTuple):
@@ -43,17 +52,19 @@ class LayerWeights(NamedTuple):
 
     input_norm: torch.Tensor  # input_layernorm.weight
     input_eps: float
-    q_proj: torch.Tensor
-    k_proj: torch.Tensor
-    v_proj: torch.Tensor
-    o_proj: torch.Tensor
+    q_proj: Matrix
+    k_proj: Matrix
+    v_proj: Matrix
+    o_proj: Matrix
     head_dim: int
     scaling: float  # attention's softmax scale
     post_norm: torch.Tensor  # post_attention_layernorm.weight
     post_eps: float
-    gate_proj: torch.Tensor
-    up_proj: torch.Tensor
-    down_proj: torch.Tensor
+    gate_proj: Matrix
+    up_proj: Matrix
+    down_proj: Matrix
+    qkv: QuantizedLinear | None = None  # q/k/v stacked (a quantized model's), else None
+    gate_up: QuantizedLinear | None = None  # gate/up stacked, likewise
 
 
 # The linear weights of a layer: the tensors a linear layout may replace by packed copies.
@@ -68,7 +79,8 @@ def applies(model: torch.nn.Module) -> bool:
             or model.device.type != "cpu"
             # SDPA, or the gated SDPA of gqa_attention.install (an Engine over the
             # modules): the step runs attention itself either way
-            or getattr(cfg, "_attn_implementation", None) not in ("sdpa", gqa_attention.NAME)
+            or getattr(cfg, "_attn_implementation", None) not in (
+                "sdpa", gqa_attention.NAME, quant_attention.NAME)
             or getattr(cfg, "hidden_act", None) != "silu"
             or getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False)
             or getattr(cfg, "pretraining_tp", 1) != 1):
@@ -80,9 +92,20 @@ def applies(model: torch.nn.Module) -> bool:
             return False
         if isinstance(module, torch.nn.Linear) and (
                 type(module) is not torch.nn.Linear or module.bias is not None
-                or not module.weight.dtype.is_floating_point):
+                or not dense(module.weight)):
             return False
-    return hasattr(model, "model") and hasattr(model.model, "rotary_emb")
+        if isinstance(module, QuantizedLinear) and module.bias is not None:
+            return False
+    embed = model.get_input_embeddings()
+    if type(embed) is torch.nn.Embedding and not dense(embed.weight):
+        return False
+    return (type(embed) in (torch.nn.Embedding, Int8Embedding) and hasattr(model, "model")
+            and hasattr(model.model, "rotary_emb"))
+
+
+def dense(weight: torch.Tensor) -> bool:
+    """A plain floating-point tensor (not a quantized tensor subclass, e.g. torchao's)."""
+    return type(weight) in (torch.Tensor, torch.nn.Parameter) and weight.dtype.is_floating_point
 
 
 def hooked(modules) -> bool:
@@ -110,24 +133,33 @@ class LlamaStep:
         base = model.model
         cfg = model.config
         self.rotary = base.rotary_emb
-        self.embed = base.embed_tokens.weight  # (V, d)
+        embed = base.embed_tokens
+        # (V, d) table, or a quantized embedding (looked up by calling it)
+        self.embed = embed if isinstance(embed, Int8Embedding) else embed.weight
         self.norm = (base.norm.weight, base.norm.variance_epsilon)
-        self.head = model.lm_head.weight  # (V, d)
+        self.quantized = isinstance(model.lm_head, QuantizedLinear)  # all layers, or none
+        self.fp64_attention = quant_attention.installed(model)
+        self.head = _matrix(model.lm_head)  # (V, d)
         self.heads = cfg.num_attention_heads
         self.kv_heads = cfg.num_key_value_heads or self.heads
+        head_dim = base.layers[0].self_attn.head_dim if len(base.layers) else 0
+        self.qkv_sizes = (self.heads * head_dim, self.kv_heads * head_dim,
+                          self.kv_heads * head_dim)
         self.layers: list[LayerWeights] = []
         for layer in base.layers:
             attn, mlp = layer.self_attn, layer.mlp
             self.layers.append(LayerWeights(
                 input_norm=layer.input_layernorm.weight,
                 input_eps=layer.input_layernorm.variance_epsilon,
-                q_proj=attn.q_proj.weight, k_proj=attn.k_proj.weight,
-                v_proj=attn.v_proj.weight, o_proj=attn.o_proj.weight,
+                q_proj=_matrix(attn.q_proj), k_proj=_matrix(attn.k_proj),
+                v_proj=_matrix(attn.v_proj), o_proj=_matrix(attn.o_proj),
                 head_dim=attn.head_dim, scaling=attn.scaling,
                 post_norm=layer.post_attention_layernorm.weight,
                 post_eps=layer.post_attention_layernorm.variance_epsilon,
-                gate_proj=mlp.gate_proj.weight, up_proj=mlp.up_proj.weight,
-                down_proj=mlp.down_proj.weight))
+                gate_proj=_matrix(mlp.gate_proj), up_proj=_matrix(mlp.up_proj),
+                down_proj=_matrix(mlp.down_proj),
+                qkv=getattr(attn, "quantized_qkv", None),
+                gate_up=getattr(mlp, "quantized_gate_up", None)))
         self.modules = tuple(model.modules())  # checked for hooks before every step
         self._prepacked: tuple[list[LayerWeights], torch.Tensor] | None = None
         self._versions: list[int] = []  # the weights' in-place versions when packed
@@ -161,24 +193,34 @@ class LlamaStep:
         q_len = input_ids.shape[1]
         if mask is None and q_len != 1:
             raise ValueError("an unmasked forward must be a single query")
-        linear = {"stock": F.linear, "transposed": transposed_product,
-                  "prepacked": prepacked_product}[layout]
+        if self.quantized and layout != "stock":
+            raise ValueError(f"the {layout} layout packs float weights; this model's are "
+                             "quantized (stock layout only)")
+        linear = {"stock": _quantized_product if self.quantized else F.linear,
+                  "transposed": transposed_product, "prepacked": prepacked_product}[layout]
         layers, head = self._weights(layout)
         groups = self.heads // self.kv_heads
-        h = F.embedding(input_ids, self.embed)  # (1, Q, d)
+        embed = self.embed
+        h = embed(input_ids) if isinstance(embed, Int8Embedding) else F.embedding(input_ids, embed)
         cos, sin = self.rotary(h, position_ids)  # (1, Q, D) each
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         tiled = gqa_attention.tiled_mask(mask, groups) if mask is not None and groups > 1 else mask
         for i, w in enumerate(layers):
             dim, scale = w.head_dim, w.scaling
             x = _rms_norm(h, w.input_norm, w.input_eps)
-            q = linear(x, w.q_proj).view(1, q_len, -1, dim).transpose(1, 2)  # (1, H, Q, D)
-            k = linear(x, w.k_proj).view(1, q_len, -1, dim).transpose(1, 2)  # (1, H_kv, Q, D)
-            v = linear(x, w.v_proj).view(1, q_len, -1, dim).transpose(1, 2)
+            if w.qkv is not None:  # one product, the parts' bits
+                q, k, v = w.qkv(x).split(self.qkv_sizes, dim=-1)
+            else:
+                q, k, v = linear(x, w.q_proj), linear(x, w.k_proj), linear(x, w.v_proj)
+            q = q.view(1, q_len, -1, dim).transpose(1, 2)  # (1, H, Q, D)
+            k = k.view(1, q_len, -1, dim).transpose(1, 2)  # (1, H_kv, Q, D)
+            v = v.view(1, q_len, -1, dim).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             k, v = cache.update(k, v, i)  # (1, H_kv, S, D): the committed prefix + these
-            if groups == 1:
+            if self.fp64_attention:  # a quantized model's (see quant.attention)
+                a = quant_attention.attend(q, k, v, mask, scale)
+            elif groups == 1:
                 a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
             elif mask is not None or packed:  # query heads sharing a KV head, packed
                 a = F.scaled_dot_product_attention(
@@ -189,9 +231,23 @@ class LlamaStep:
             a = a.view(1, self.heads, q_len, dim).transpose(1, 2).reshape(1, q_len, -1)
             h = h + linear(a, w.o_proj)
             x = _rms_norm(h, w.post_norm, w.post_eps)
-            h = h + linear(F.silu(linear(x, w.gate_proj)) * linear(x, w.up_proj), w.down_proj)
+            if w.gate_up is not None:
+                gate, up = w.gate_up(x).chunk(2, dim=-1)
+            else:
+                gate, up = linear(x, w.gate_proj), linear(x, w.up_proj)
+            h = h + linear(F.silu(gate) * up, w.down_proj)
         h = _rms_norm(h, *self.norm)
         return linear(h, head)[0]  # (Q, V)
+
+
+def _matrix(linear: torch.nn.Module) -> Matrix:
+    """What the step multiplies by: a plain layer's weight, a quantized layer itself."""
+    return linear if isinstance(linear, QuantizedLinear) else linear.weight
+
+
+def _quantized_product(x: torch.Tensor, layer: QuantizedLinear) -> torch.Tensor:
+    """``layer(x)``: the quantized layer's own product (bias-free here, see ``applies``)."""
+    return layer(x)
 
 
 def _rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -29,12 +29,13 @@ from __future__ import annotations
 import torch
 
 from ..cpu import gqa_attention
+from ..quant import attention as quant_attention
 from .attention_windows import attention_windows
 from .rope_limits import rope_limit
 
 # Attention implementations that apply a 4-D additive mask as given (None: the default;
 # the engine's own measured SDPA variant, installed on models it runs, is SDPA).
-TREE_MASK_ATTENTION = (None, "eager", "sdpa", gqa_attention.NAME)
+TREE_MASK_ATTENTION = (None, "eager", "sdpa", gqa_attention.NAME, quant_attention.NAME)
 
 
 def check_supported(model: torch.nn.Module) -> None:

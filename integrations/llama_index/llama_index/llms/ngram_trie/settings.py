@@ -131,6 +131,7 @@ class NGramTrieSettings(WrapperSettings):
             raise ValueError("tokenizer and tokenizer_name both name the tokenizer: give one")
         check_loading(self.runs_on, self.model, {
             "device": self.device, "dtype": self.dtype, "model_kwargs": self.model_kwargs,
+            "quantization": self.quantization,
             "device_map": self.device_map, "tokenizer": self.tokenizer,
             "tokenizer_kwargs": self.tokenizer_kwargs, "tokenizer_name": self.tokenizer_name,
         }, local_only=("tokenizer_name", "device_map"))

@@ -1,0 +1,54 @@
+"""The weight-only products: which aten kernel multiplies by packed int8 / int4 weights,
+and in which activation dtype.
+
+Measured on a 2-core x86 CPU (torch 2.13), ``(rows, 576) @ (49152, 576)^T`` (the default
+model's lm_head): fp32 dense 4.8 ms at one row; ``_weight_int8pack_mm`` 1.9 ms with bf16
+activations but 22 ms with fp32 ones (a scalar fallback); ``_weight_int4pack_mm_for_cpu``
+1.4 ms bf16, 42 ms fp32. So the products take bf16 activations on every device and cast
+back: a model quantized here keeps its float dtype everywhere else (norms, attention,
+the residual stream), and its linear layers are W8A16 / W4A16.
+
+Both CPU kernels compute each row of the product independently of the others (checked
+bitwise over 1-17 rows), so a tree verification's rows equal the one-row steps of
+``generate``: the exactness of the float model carries over.
+"""
+
+from __future__ import annotations
+
+import torch
+
+ACT_DTYPE = torch.bfloat16  # the kernels' activation (and scale) dtype
+INT4_GROUP = 32  # weights per int4 scale / zero pair (llama.cpp's Q4_1 block)
+INT4_N_MULTIPLE = 16  # the int4 packers want out_features in multiples of this
+INT4_GROUPS = (32, 64, 128, 256)  # the group sizes the int4 kernels take
+
+
+def int8_product(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``x (M, K) @ (qweight (N, K) * scale (N,))^T`` in ``ACT_DTYPE``: (M, N)."""
+    return torch.ops.aten._weight_int8pack_mm(x, qweight, scale)
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """aten's packed layout of 4-bit values ``q`` (N, K) int32 in [0, 15], for the
+    weight's device."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+    nibbles = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)  # (N, K / 2), two per byte
+    # tinygemm tiles K by 16 * inner_k_tiles: the widest tiling that divides K
+    inner = next(t for t in (8, 4, 2) if q.shape[1] % (16 * t) == 0)
+    return torch.ops.aten._convert_weight_to_int4pack(nibbles, inner)
+
+
+def int4_product(x: torch.Tensor, packed: torch.Tensor, group: int,
+                 scales_and_zeros: torch.Tensor) -> torch.Tensor:
+    """``x (M, K) @ W^T`` where ``W[n, k] = (q - 8) * scale + zero`` per group of ``group``
+    inputs; ``scales_and_zeros`` (K / group, N, 2). In ``ACT_DTYPE``: (M, N)."""
+    if x.device.type == "cpu":
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group, scales_and_zeros)
+    return torch.ops.aten._weight_int4pack_mm(x, packed, group, scales_and_zeros)
+
+
+def int4_fits(in_features: int) -> bool:
+    """True when the int4 kernels take a layer with ``in_features`` inputs (a whole number
+    of ``INT4_GROUP`` groups)."""
+    return in_features % INT4_GROUP == 0 and in_features >= INT4_GROUP

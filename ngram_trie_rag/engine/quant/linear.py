@@ -1,0 +1,154 @@
+"""Linear layers over int8 / int4 weights, replacing ``nn.Linear`` in a loaded model.
+
+int8: one symmetric scale per output channel (``absmax / 127``). int4: an asymmetric
+scale and zero per group of ``INT4_GROUP`` inputs (the value range of the group over 15
+steps; llama.cpp's Q4_1 block). Activations enter the kernel in bf16 and the product
+returns in the layer input's dtype (see :mod:`.kernels`); a bias is added in that dtype.
+
+Both kernels compute every output column alone too, so layers that read the same input
+(q/k/v, gate/up) can run as one product over their stacked weights (:func:`fuse`) with
+the same bits; the parts keep views of the stacked weights, so nothing is stored twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from . import kernels
+
+
+class QuantizedLinear(nn.Module):
+    """What the int8 and int4 layers share: shapes, bias, the float dtype out."""
+
+    scheme = ""
+
+    def __init__(self, in_features: int, out_features: int,
+                 bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(kernels.ACT_DTYPE)
+        y = self._product(rows.contiguous())  # (M, N or N padded)
+        if y.shape[1] != self.out_features:
+            y = y[:, : self.out_features]
+        y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, scheme={self.scheme}")
+
+
+class Int8Linear(QuantizedLinear):
+    """W8A16: int8 weights (N, K), one bf16 scale per output channel."""
+
+    scheme = "int8"
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> None:
+        super().__init__(qweight.shape[1], qweight.shape[0], bias)
+        self.register_buffer("qweight", qweight)  # (N, K) int8
+        self.register_buffer("scale", scale)  # (N,) bf16
+
+    @classmethod
+    def quantize(cls, linear: nn.Linear) -> Int8Linear:
+        w = linear.weight.detach().float().contiguous()  # (N, K)
+        # rounded as the kernel reads it, so the integers are chosen against that scale
+        scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).to(kernels.ACT_DTYPE)
+        q = (w / scale.float()[:, None]).round().clamp(-128, 127).to(torch.int8)
+        return cls(q, scale, _bias(linear))
+
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+        return kernels.int8_product(rows, self.qweight, self.scale)
+
+
+class Int4Linear(QuantizedLinear):
+    """W4A16: 4-bit weights in aten's packed layout (rows padded to a multiple of 16),
+    a bf16 (scale, zero) per group of ``group`` inputs."""
+
+    scheme = "int4"
+
+    def __init__(self, in_features: int, out_features: int, packed: torch.Tensor,
+                 scales_and_zeros: torch.Tensor, group: int,
+                 bias: torch.Tensor | None = None) -> None:
+        super().__init__(in_features, out_features, bias)
+        self.group = group
+        self.register_buffer("packed", packed)  # (N padded, K / 2) uint8, aten's layout
+        self.register_buffer("scales_and_zeros", scales_and_zeros)  # (K / group, N padded, 2)
+
+    @classmethod
+    def quantize(cls, linear: nn.Linear, group: int = kernels.INT4_GROUP) -> Int4Linear:
+        w = linear.weight.detach().float().contiguous()  # (N, K)
+        pad = -w.shape[0] % kernels.INT4_N_MULTIPLE  # zero rows, cut from the product
+        if pad:
+            w = torch.cat([w, w.new_zeros(pad, w.shape[1])])
+        n, k = w.shape
+        groups = w.reshape(n, k // group, group)
+        low, high = groups.amin(dim=2), groups.amax(dim=2)  # (N, K / group)
+        # W = (q - 8) * scale + zero, with scale and zero as the kernel reads them (bf16)
+        scale = ((high - low) / 15).clamp(min=1e-6).to(kernels.ACT_DTYPE).float()
+        zero = (low + 8 * scale).to(kernels.ACT_DTYPE).float()
+        q = ((groups - (zero - 8 * scale)[..., None]) / scale[..., None]).round().clamp(0, 15)
+        packed = kernels.pack_int4(q.reshape(n, k).to(torch.int32))
+        pairs = torch.stack([scale, zero], dim=-1).transpose(0, 1)  # (K / group, N, 2)
+        return cls(linear.in_features, linear.out_features, packed,
+                   pairs.to(kernels.ACT_DTYPE).contiguous(), group, _bias(linear))
+
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+        return kernels.int4_product(rows, self.packed, self.group, self.scales_and_zeros)
+
+
+def _bias(linear: nn.Linear) -> torch.Tensor | None:
+    return None if linear.bias is None else linear.bias.detach().clone()
+
+
+def fusable(parts: Sequence[nn.Module]) -> bool:
+    """True when ``parts`` can run as one product: quantized alike, bias-free, the same
+    input width, and (int4) no padded rows."""
+    first = parts[0]
+    return (isinstance(first, Int8Linear | Int4Linear)
+            and all(type(p) is type(first) and p.bias is None
+                    and p.in_features == first.in_features for p in parts)
+            and (not isinstance(first, Int4Linear)
+                 or (all(p.group == first.group and p.packed.shape[0] == p.out_features
+                         for p in parts) and int4_rows_separable(parts))))
+
+
+def fuse(parts: Sequence[QuantizedLinear]) -> QuantizedLinear:
+    """One layer whose product is the ``parts``' products side by side, bitwise; the
+    parts are rebound to views of its weights (their scales are small copies: the int4
+    kernel reads a strided scale tensor as if it were contiguous)."""
+    sizes = [p.out_features for p in parts]
+    if isinstance(parts[0], Int8Linear):
+        fused: QuantizedLinear = Int8Linear(torch.cat([p.qweight for p in parts]),
+                                            torch.cat([p.scale for p in parts]))
+        for part, rows in zip(parts, fused.qweight.split(sizes), strict=True):
+            part.qweight = rows
+        for part, scale in zip(parts, fused.scale.split(sizes), strict=True):
+            part.scale = scale
+        return fused
+    first = parts[0]
+    fused = Int4Linear(first.in_features, sum(sizes), torch.cat([p.packed for p in parts]),
+                       torch.cat([p.scales_and_zeros for p in parts], dim=1), first.group)
+    for part, rows in zip(parts, fused.packed.split(sizes), strict=True):
+        part.packed = rows
+    return fused
+
+
+def int4_rows_separable(parts: Sequence[Int4Linear]) -> bool:
+    """True when the int4 packer lays ``parts``' rows out alone, so that their packed
+    weights stacked are the stacked weights packed: on a CPU the packer works in blocks
+    of rows (64 with AVX-512), and a part of another height would straddle one."""
+    q = [torch.randint(0, 16, (p.out_features, p.in_features), dtype=torch.int32,
+                       device=p.packed.device) for p in parts]
+    alone = torch.cat([kernels.pack_int4(part) for part in q])
+    return torch.equal(alone, kernels.pack_int4(torch.cat(q)))

@@ -1,0 +1,232 @@
+"""Weight-only int8 / int4: every greedy path gives the quantized model's own ``generate``.
+
+The packaged model quantized both ways answers real Spec-Bench RAG prompts with the
+trie and the chain on the eager and static engines, token-identical to that quantized
+model's ``generate(do_sample=False)``; the architecture matrix does the same at toy
+size. The kernels' row and column independence, which that rests on, is checked
+bitwise; memory, the settings' spelling and every refusal are checked too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from data_files import read_jsonl
+from model_families import (
+    FAMILIES,
+    accepted,
+    build,
+    drafting_documents,
+    pinned_generator,
+    random_prompt,
+)
+from torch import nn
+
+from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.engine.cpu import llama_step
+from ngram_trie_rag.engine.quant import (
+    SCHEMES,
+    check_scheme,
+    model_bytes,
+    quantization_of,
+    quantize_model,
+)
+from ngram_trie_rag.engine.quant.apply import SUMMARY, check_loader_quantization
+from ngram_trie_rag.engine.quant.linear import Int4Linear, Int8Linear, fuse
+from ngram_trie_rag.engine.static_engine import StaticEngine
+from ngram_trie_rag.loading import load_model
+from ngram_trie_rag.reference import greedy_reference
+
+MAX_NEW = 48
+FAMILY_NEW = 32
+LAYERS = {"int8": Int8Linear, "int4": Int4Linear}
+
+
+# ---- the layers ---------------------------------------------------------------------------
+
+def _dequantized(layer: nn.Module, linear: nn.Linear) -> torch.Tensor:
+    """The weight a quantized layer multiplies by, rebuilt from its integers (N, K)."""
+    if isinstance(layer, Int8Linear):
+        return layer.qweight.float() * layer.scale.float()[:, None]
+    w = linear.weight.detach().float()
+    n, k = w.shape
+    pairs = layer.scales_and_zeros.float()[:, :n]  # (K / group, N, 2)
+    scale = pairs[..., 0].t().repeat_interleave(layer.group, dim=1)  # (N, K)
+    zero = pairs[..., 1].t().repeat_interleave(layer.group, dim=1)
+    low = zero - 8 * scale
+    q = ((w - low) / scale).round().clamp(0, 15)
+    return (q - 8) * scale + zero
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_a_layer_multiplies_by_its_quantized_weight(scheme: str) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(576, 200, bias=True)  # 200 rows: int4 pads them to 208
+    layer = LAYERS[scheme].quantize(linear)
+    x = torch.randn(5, 576)
+    expected = x.bfloat16().float() @ _dequantized(layer, linear).t() + linear.bias
+    out = layer(x)
+    assert out.dtype == torch.float32 and out.shape == (5, 200)
+    # the product comes back in bf16: a relative error of its rounding
+    assert torch.allclose(out, expected, rtol=2e-2, atol=2e-2)
+    # and the quantization error itself is what the scheme allows
+    error = (_dequantized(layer, linear) - linear.weight).abs().max()
+    assert error < (0.01 if scheme == "int8" else 0.05)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_rows_and_stacked_columns_are_bitwise_independent(scheme: str) -> None:
+    """What exactness rests on: a row's product is the same whatever rows share the call,
+    and q/k/v stacked into one product give the separate layers' bits."""
+    torch.manual_seed(1)
+    parts = [LAYERS[scheme].quantize(nn.Linear(576, n, bias=False)) for n in (576, 192, 192)]
+    x = torch.randn(40, 576)
+    alone = torch.cat([parts[0](x[i:i + 1]) for i in range(40)])
+    assert torch.equal(parts[0](x), alone)
+    separate = torch.cat([p(x) for p in parts], dim=-1)
+    fused = fuse(parts)
+    assert torch.equal(fused(x), separate)
+    assert torch.equal(torch.cat([p(x) for p in parts], dim=-1), separate)  # views, same bits
+
+
+# ---- the packaged model -------------------------------------------------------------------
+
+@pytest.fixture(scope="module", params=SCHEMES)
+def quantized(request) -> SpeculativeGenerator:
+    return SpeculativeGenerator.from_pretrained(dtype="float32", engine="eager",
+                                                quantization=request.param)
+
+
+def _rag_ids(gen: SpeculativeGenerator, count: int) -> list[list[int]]:
+    return [gen.encode_prompt([{"role": "user", "content": row["turns"][0]}])
+            for row in read_jsonl("spec_bench/rag.jsonl", count)]
+
+
+_REFERENCE: dict[tuple, list[int]] = {}
+
+
+def _reference(gen: SpeculativeGenerator, ids: list[int]) -> list[int]:
+    key = (id(gen.model), tuple(ids))
+    if key not in _REFERENCE:
+        _REFERENCE[key] = greedy_reference(gen.model, ids, MAX_NEW)
+    return _REFERENCE[key]
+
+
+@pytest.mark.slow
+def test_packaged_model_greedy_equals_its_own_generate(quantized) -> None:
+    """Trie and chain, drafting from the prompt, on the direct Llama step."""
+    assert quantized.engine.step is not None  # the quantized layers run in the step
+    drafted = 0
+    for ids in _rag_ids(quantized, 3):
+        expected = _reference(quantized, ids)
+        for method in ("trie", "chain"):
+            result = quantized.generate(ids, max_new_tokens=MAX_NEW, method=method)
+            assert result.token_ids == expected, method
+            drafted += accepted(result)
+    assert drafted > 0
+
+
+@pytest.mark.slow
+def test_static_engine_equals_its_own_generate(quantized) -> None:
+    engine = StaticEngine(quantized.model, compiled=False, curve=quantized.engine.curve)
+    static = SpeculativeGenerator(quantized.model, quantized.tokenizer, engine=engine)
+    for ids in _rag_ids(quantized, 1):
+        result = static.generate(ids, max_new_tokens=MAX_NEW, method="trie")
+        assert result.token_ids == _reference(quantized, ids)
+        assert result.stats.engine == "static"
+
+
+def test_memory_and_what_the_model_says_it_is(quantized) -> None:
+    fp32, _ = load_model(dtype="float32")
+    scheme = quantization_of(quantized.model)
+    ratio = model_bytes(quantized.model) / model_bytes(fp32)
+    assert ratio < {"int8": 0.35, "int4": 0.25}[scheme]
+    summary = getattr(quantized.model, SUMMARY)
+    assert summary["parameters"] == sum(p.numel() for p in fp32.parameters())
+    assert summary["layers"][scheme] == 211 and summary["fused"] == 60  # 30 layers x 2
+    assert quantization_of(fp32) is None
+    # nothing float is left of the matrices: lm_head and the embedding are separate tables
+    assert not any(type(m) is nn.Linear for m in quantized.model.modules())
+    assert quantized.logits_width == quantized.vocab_size == 49152
+    with pytest.raises(ValueError, match="already quantized"):
+        quantize_model(quantized.model, scheme)
+
+
+# ---- the architecture matrix, toy size ----------------------------------------------------
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_every_family_quantized_equals_its_own_generate(name: str, scheme: str) -> None:
+    model = quantize_model(build(FAMILIES[name]), scheme)
+    ids = random_prompt(200, seed=3)
+    expected = greedy_reference(model, ids, FAMILY_NEW)
+    gen = pinned_generator(model)
+    docs = drafting_documents(expected)
+    for method in ("trie", "chain"):
+        result = gen.generate(ids, documents=docs, max_new_tokens=FAMILY_NEW, method=method,
+                              num_draft=8)
+        assert result.token_ids == expected, method
+        assert accepted(result) > 0, method
+
+
+def test_a_llama_family_runs_the_direct_step_quantized() -> None:
+    model = quantize_model(build(FAMILIES["llama-rope-llama3"]), "int4")
+    assert llama_step.applies(model)
+    assert pinned_generator(model).engine.step is not None
+
+
+# ---- settings and refusals ----------------------------------------------------------------
+
+def test_names_are_checked_with_the_nearest_one() -> None:
+    assert check_scheme(None) is None and check_scheme("int4", "cpu") == "int4"
+    with pytest.raises(ValueError, match="did you mean 'int8'"):
+        check_scheme("int3")
+    with pytest.raises(ValueError, match="CPU and CUDA only"):
+        check_scheme("int8", "mps")
+
+
+def test_a_second_quantization_or_bitsandbytes_on_a_cpu_is_refused_before_loading() -> None:
+    bnb = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    with pytest.raises(ValueError, match="both quantize"):
+        load_model(quantization="int8", model_kwargs={"quantization_config": bnb})
+    with pytest.raises(ValueError, match="bitsandbytes quantization runs on CUDA"):
+        load_model(device="cpu", model_kwargs={"quantization_config": bnb})
+    with pytest.raises(ValueError, match="bitsandbytes"):
+        check_loader_quantization(None, {"load_in_8bit": True}, torch.device("cpu"))
+    with pytest.raises(ValueError, match="did you mean"):
+        SpeculativeGenerator.from_pretrained(quantization="int-4")
+
+
+def test_a_loaded_model_is_quantized_by_the_caller() -> None:
+    model = build(FAMILIES["qwen2"])
+    with pytest.raises(ValueError, match="quantize_model"):
+        load_model(model, tokenizer=object(), quantization="int8")
+
+
+def test_wrappers_take_the_setting_and_refuse_it_where_it_cannot_apply() -> None:
+    from langchain_ngram_trie import ChatNGramTrie
+
+    assert ChatNGramTrie(quantization="int4").quantization == "int4"
+    with pytest.raises(ValueError, match="did you mean 'int4'"):
+        ChatNGramTrie(quantization="in4")
+    with pytest.raises(ValueError, match="quantization"):
+        ChatNGramTrie(quantization="int8", base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(ValueError, match="quantization"):
+        ChatNGramTrie(model=build(FAMILIES["qwen2"]), tokenizer=object(), quantization="int8")
+
+
+@pytest.mark.slow
+def test_batched_rows_equal_its_own_generate(quantized) -> None:
+    """The local server's engine: rows joining and leaving, each its own greedy tokens."""
+    from test_batched_engine import _run_batched, cases
+
+    from ngram_trie_rag.engine.batched import BatchedEngine
+
+    engine = BatchedEngine(quantized.model, max_batch=3, capacity=1024, base=quantized.engine)
+    requests = cases(3)
+    starts = [quantized._start(m, d, None, {"max_new_tokens": n}, engine=engine)
+              for m, d, n in requests]
+    got = _run_batched(quantized, engine, starts)
+    for (_, _, n), start, tokens in zip(requests, starts, got, strict=True):
+        assert tokens == greedy_reference(quantized.model, start.ids, n)
+    assert sum(accepted(s.request) for s in starts) > 0
