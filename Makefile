@@ -133,3 +133,37 @@ docs: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .venv-wheels site .pytest_cache
+
+# llama.cpp (through llama-cpp-python) on bench's prompts and weights, for a side-by-side
+# decode speed: in a venv of its own, since pip compiles llama.cpp from the sdist (several
+# minutes on two cores). That same sdist's converter (convert_hf_to_gguf.py with its
+# conversion/ and gguf-py/) is kept beside it: the main venv, which has the torch and
+# transformers it needs, runs it to make the f32 GGUF. See scripts/llama_cpp_bench.py.
+LLAMACPP_VENV := .venv-llamacpp
+LLAMACPP_STAMP := $(LLAMACPP_VENV)/.installed
+LLAMACPP ?= llama-cpp-python==0.3.36
+LLAMACPP_OUT ?= results_llama_cpp.json
+# --no-repack: where the CPU reports AMX, llama.cpp's -march=native build runs Q4_1 on AMX
+# tiles, which fault (SIGILL) on some VMs; for Q4_1 and F32 nothing else changes.
+LLAMACPP_FLAGS ?= --no-repack
+
+$(LLAMACPP_STAMP):
+	$(PY) -m venv $(LLAMACPP_VENV)
+	$(LLAMACPP_VENV)/bin/pip install -q --upgrade pip
+	$(LLAMACPP_VENV)/bin/pip download -q --no-deps --no-binary :all: -d $(LLAMACPP_VENV)/sdist \
+		"$(LLAMACPP)"
+	$(LLAMACPP_VENV)/bin/pip install -q $(LLAMACPP_VENV)/sdist/llama_cpp_python-*.tar.gz
+	# The converter imports sentencepiece even for a model without tokenizer.model; the
+	# main venv's python (the same $(PY)) finds it here, beside the converter.
+	$(LLAMACPP_VENV)/bin/pip install -q --target $(LLAMACPP_VENV)/converter-deps \
+		"sentencepiece>=0.1.98,<0.3.0"
+	rm -rf $(LLAMACPP_VENV)/llama.cpp && mkdir -p $(LLAMACPP_VENV)/llama.cpp
+	tar -xzf $(LLAMACPP_VENV)/sdist/llama_cpp_python-*.tar.gz -C $(LLAMACPP_VENV)/llama.cpp \
+		--strip-components=3 --wildcards '*/vendor/llama.cpp/convert_hf_to_gguf.py' \
+		'*/vendor/llama.cpp/conversion/*' '*/vendor/llama.cpp/gguf-py/*'
+	touch $(LLAMACPP_STAMP)
+
+.PHONY: bench-llama-cpp
+bench-llama-cpp: $(STAMP) $(LLAMACPP_STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python scripts/llama_cpp_bench.py \
+		--llama-python $(LLAMACPP_VENV)/bin/python --out $(LLAMACPP_OUT) $(LLAMACPP_FLAGS)
