@@ -230,3 +230,17 @@ def test_batched_rows_equal_its_own_generate(quantized) -> None:
     for (_, _, n), start, tokens in zip(requests, starts, got, strict=True):
         assert tokens == greedy_reference(quantized.model, start.ids, n)
     assert sum(accepted(s.request) for s in starts) > 0
+
+
+def test_the_full_measurement_times_the_stock_layout_only(monkeypatch, tmp_path) -> None:
+    """``calibrate`` (and bench's measurement up front) on quantized weights: the linear
+    layouts pack float weights, so they are not tried; the step is timed as it runs."""
+    from ngram_trie_rag.engine import EagerEngine
+    from ngram_trie_rag.engine.cpu import linear_layout
+
+    monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))
+    model = quantize_model(build(FAMILIES["llama-rope-llama3"]), "int4")
+    assert not linear_layout.applies(model) and not linear_layout.prepack_applies(model)
+    engine = EagerEngine(model)
+    assert engine.calibrate() is not None
+    assert engine.curve.layouts == {} and engine.curve.source == "measured"

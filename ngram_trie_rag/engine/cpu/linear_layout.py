@@ -89,9 +89,10 @@ def prepacked_product(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
 
 
 def prepack_applies(model: torch.nn.Module, share_of_free_memory: float = 0.25) -> bool:
-    """True when oneDNN can run the model's dtype on this CPU and a prepacked copy of
-    the weights fits in ``share_of_free_memory`` of the memory available now."""
-    if (model.device.type != "cpu" or model.dtype not in (torch.float32, torch.bfloat16)
+    """True when the model has plain float linear layers on a CPU (not quantized ones),
+    oneDNN can run their dtype here, and a prepacked copy of them fits in
+    ``share_of_free_memory`` of the memory available now."""
+    if (not applies(model) or model.dtype not in (torch.float32, torch.bfloat16)
             or not prepack_runs(model.dtype)):
         return False
     try:
