@@ -26,6 +26,7 @@ _EXPORTS = {
     "GenerationStream": ".decoding.stream",
     "ModelNotFoundError": ".loading",
     "load_model": ".loading",
+    "quantize_model": ".engine.quant.apply",
     "SamplingParams": ".decoding.sampling",
     "SpeculativeGenerator": ".generator",
     "shared_generator": ".wrappers.shared",
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from .decoding.sampling import SamplingParams
     from .decoding.stream import GenerationStream
     from .drafting import AnswerStore, DraftConfig, Drafter, DraftTree, NGramTrie
+    from .engine.quant.apply import quantize_model
     from .generator import SpeculativeGenerator
     from .loading import ModelNotFoundError, load_model
     from .wrappers.shared import shared_generator
@@ -60,6 +62,7 @@ __all__ = [
     "SpeculativeGenerator",
     "load_model",
     "open_backend",
+    "quantize_model",
     "shared_generator",
 ]
 __version__ = "0.1.0"
