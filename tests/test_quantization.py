@@ -246,28 +246,10 @@ def test_the_full_measurement_times_the_stock_layout_only(monkeypatch, tmp_path)
     assert engine.curve.layouts == {} and engine.curve.source == "measured"
 
 
-@pytest.mark.slow
-def test_the_compiled_static_engine_equals_its_own_generate() -> None:
-    """``engine="compiled"`` on quantized weights: the step (the weight-only kernels and
-    the fp64 attention) compiled by torch.compile, every method still ``generate``'s."""
-    from model_families import word_tokenizer
-
-    from ngram_trie_rag.bench.runner import warm_up
-    from ngram_trie_rag.engine import LatencyCurve, static_engine
-
-    if static_engine.cpp_compiler() is None:
-        pytest.skip("torch.compile on a CPU needs a C++ compiler")
-    flat = LatencyCurve({q: 0.01 for q in (1, 2, 3, 5, 9, 17, 33)}, {}, pack_single=False)
+def test_the_compiled_engines_refuse_quantized_weights() -> None:
+    """Compiled, the quantized default model left its own ``generate`` on 3 of 8
+    Spec-Bench RAG answers: refused by name rather than answered wrong."""
     model = quantize_model(build(FAMILIES["llama-rope-llama3"]), "int4")
-    engine = StaticEngine(model, compiled=True, buckets=(4,), curve=flat)
-    gen = SpeculativeGenerator(model, word_tokenizer(), engine=engine)
-    ids = random_prompt(40, seed=1)
-    expected = greedy_reference(model, ids, 24)
-    docs = drafting_documents(expected)
-    assert warm_up(gen, [ids], 24) > 0  # its shapes compiled before the answers
-    for method in ("none", "chain", "trie"):
-        result = gen.generate(ids, documents=docs, max_new_tokens=24, method=method,
-                              num_draft=4)
-        assert result.token_ids == expected, method
-        assert result.stats.engine == "compiled"
-    assert max(result.stats.accept_lengths) > 1
+    with pytest.raises(ValueError, match="compiled engines do not run quantized weights"):
+        StaticEngine(model, compiled=True, buckets=(4,))
+    assert StaticEngine(model, compiled=False, buckets=(4,)).compiled is False

@@ -167,8 +167,8 @@ def _why_eager(model: torch.nn.Module) -> str | None:
     if setting == "eager":
         return f"{AUTO_ENV}=eager"
     if quantization_of(model) is not None:
-        return ("quantized weights: the eager engine is the one whose answers are checked "
-                "against the quantized model's generate on every device")
+        return ("quantized weights: the compiled engines refuse them (compiled, answers "
+                "left the quantized model's own generate)")
     if model.device.type == "cpu":
         if setting != "compiled":
             return (f"on a CPU the compiled step did not pay (0.95x the eager engine's "

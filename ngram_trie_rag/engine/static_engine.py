@@ -89,6 +89,7 @@ from .models.attention_windows import FULL, attention_windows
 from .models.rope_limits import UNLIMITED
 from .models.support import check_preallocated, check_supported
 from .protocol import KV, EngineInfo, StepInputs
+from .quant import quantization_of
 from .trees.staging import Staging
 from .trees.tree_buckets import BUCKETS, bucket_for, pad_tree
 
@@ -135,6 +136,14 @@ class StaticEngine(CurveVerbs):
                  transposed_rows: tuple[int, ...] | None = None) -> None:
         check_supported(model)  # attention that takes the tree mask: 'sdpa' or 'eager'
         check_preallocated(model, "static engine")
+        if compiled and quantization_of(model) is not None:
+            # measured: int4 default model, Spec-Bench RAG, --engine uniform-compiled: 5 of
+            # 8 answers left the quantized model's own generate (the compiled norms and
+            # rotary round apart from the modules', and bf16 kernel inputs amplify that)
+            raise ValueError(f"the compiled engines do not run quantized weights "
+                             f"({quantization_of(model)}): compiled, their answers leave the "
+                             "quantized model's own generate; use engine='eager' (the "
+                             "default's choice) or 'static'")
         windows = attention_windows(model.config)
         if compiled and linear_layout.installed(model):
             raise ValueError("this model object has the base engine's linear variants "
