@@ -253,3 +253,12 @@ def test_the_compiled_engines_refuse_quantized_weights() -> None:
     with pytest.raises(ValueError, match="compiled engines do not run quantized weights"):
         StaticEngine(model, compiled=True, buckets=(4,))
     assert StaticEngine(model, compiled=False, buckets=(4,)).compiled is False
+
+
+def test_auto_keeps_a_quantized_model_eager_where_it_would_compile(monkeypatch) -> None:
+    from ngram_trie_rag.engine.auto import AUTO_ENV, AutoEngine
+
+    monkeypatch.setenv(AUTO_ENV, "compiled")  # auto would compile here for a float model
+    model = quantize_model(build(FAMILIES["llama-rope-llama3"]), "int8")
+    engine = AutoEngine(model)
+    assert engine.compiled is None and "quantized weights" in engine.why_eager

@@ -28,7 +28,8 @@ same tokens), so compiling there costs minutes for nothing.
 
 Where the compiled engine does not apply, ``auto`` is the eager engine throughout: with
 ``NGRAM_TRIE_RAG_AUTO_ENGINE=eager`` in the environment (a shared host, a test suite), a
-model with quantized weights (:mod:`~ngram_trie_rag.engine.quant`), a model
+model with quantized weights (:mod:`~ngram_trie_rag.engine.quant`, which the compiled
+engines refuse), a model
 the static engine cannot serve (see :class:`~ngram_trie_rag.engine.static_engine.StaticEngine`),
 and on a CPU a model the eager engine runs through its modules rather than the direct
 Llama step (there it switches the linear layers' layout per forward, which a compiled
@@ -51,7 +52,6 @@ from .costs.curve_cache import CurveVerbs
 from .cpu import llama_step
 from .eager import EagerEngine, engine_for
 from .protocol import KV, Engine, EngineInfo, StepInputs
-from .quant import quantization_of
 from .static_engine import CAPACITY_STEP, StaticEngine, cpp_compiler
 
 # "eager": ``auto`` never compiles in this process or those it starts (a shared host, a
@@ -166,9 +166,6 @@ def _why_eager(model: torch.nn.Module) -> str | None:
                          "'compiled' (auto compiles on a CPU too) or leave it unset")
     if setting == "eager":
         return f"{AUTO_ENV}=eager"
-    if quantization_of(model) is not None:
-        return ("quantized weights: the compiled engines refuse them (compiled, answers "
-                "left the quantized model's own generate)")
     if model.device.type == "cpu":
         if setting != "compiled":
             return (f"on a CPU the compiled step did not pay (0.95x the eager engine's "

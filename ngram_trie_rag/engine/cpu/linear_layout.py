@@ -131,10 +131,14 @@ def _linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
     found = _LINEARS.get(model)
     if found is None:
         found = [m for m in model.modules() if type(m) is torch.nn.Linear
-                 and m.weight.dim() == 2 and m.weight.dtype.is_floating_point
-                 and type(m.weight) in (torch.Tensor, torch.nn.Parameter)]
+                 and m.weight.dim() == 2 and dense(m.weight)]
         _LINEARS[model] = found
     return found
+
+
+def dense(weight: torch.Tensor) -> bool:
+    """A plain floating-point tensor (not a quantized tensor subclass, e.g. torchao's)."""
+    return type(weight) in (torch.Tensor, torch.nn.Parameter) and weight.dtype.is_floating_point
 
 
 def _gated_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:

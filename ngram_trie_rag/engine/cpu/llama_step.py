@@ -37,7 +37,7 @@ from ..quant import attention as quant_attention
 from ..quant.embedding import Int8Embedding
 from ..quant.linear import QuantizedLinear
 from . import gqa_attention
-from .linear_layout import prepacked, prepacked_product, transposed_product
+from .linear_layout import dense, prepacked, prepacked_product, transposed_product
 
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -101,11 +101,6 @@ def applies(model: torch.nn.Module) -> bool:
         return False
     return (type(embed) in (torch.nn.Embedding, Int8Embedding) and hasattr(model, "model")
             and hasattr(model.model, "rotary_emb"))
-
-
-def dense(weight: torch.Tensor) -> bool:
-    """A plain floating-point tensor (not a quantized tensor subclass, e.g. torchao's)."""
-    return type(weight) in (torch.Tensor, torch.nn.Parameter) and weight.dtype.is_floating_point
 
 
 def hooked(modules) -> bool:
