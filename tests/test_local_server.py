@@ -117,6 +117,7 @@ def test_models_and_health(server, client, generator) -> None:
     status, models = get(server, "/v1/models")
     assert status == 200 and models["data"][0]["id"] == server.model_name
     assert client.context_window == generator.context_window
+    assert models["data"][0]["owned_by"] == "ngram-trie-rag" and client.served_by == "local-server"
 
 
 # ---- errors -------------------------------------------------------------------------------
@@ -185,8 +186,9 @@ def test_langchain_chat_against_the_server(generator, server) -> None:
     chat = lc.ChatNGramTrie(base_url=server.url, max_tokens=TOKENS)
     reply = chat.invoke([HumanMessage(CHAT[0]["content"])], documents=DOCS)
     assert reply.content == generator.generate(CHAT, DOCS, GREEDY).text
-    acceptance = reply.response_metadata["speculative"]["acceptance"]
-    assert acceptance["draft_source"] == "documents"
+    speculative = reply.response_metadata["speculative"]
+    assert speculative["acceptance"]["draft_source"] == "documents"
+    assert speculative["backend"] == "local-server"  # not vLLM's: the server says whose it is
 
 
 def test_the_server_stops_cleanly(generator) -> None:

@@ -67,12 +67,19 @@ class VLLMBackend:
         documents = request.documents
         return request.prompt, list(documents) if documents else None, request.options
 
+    @property
+    def served_by(self) -> str:
+        """The backend answers report: the client's account of what served them (a server
+        may be vLLM's or ``ngram-trie-rag serve``'s own), else its kind."""
+        return getattr(self.client, "served_by", self.name)
+
     def _answer(self, text: str, last: Any, request: Request) -> Answer:
         documents = len(request.documents or ())
-        stats = {"backend": self.name, "draft_source": "documents" if documents else "prompt",
+        served_by = self.served_by
+        stats = {"backend": served_by, "draft_source": "documents" if documents else "prompt",
                  "num_documents": documents, "acceptance": last.speculative}
         answer = Answer(text, last.finish_reason, last.prompt_tokens or 0,
-                        last.completion_tokens or 0, self.model_name, self.name, stats)
+                        last.completion_tokens or 0, self.model_name, served_by, stats)
         return answer.parsed() if request.tool_reply else answer
 
     def _deltas(self, parts: Iterator[Any], request: Request) -> Iterator[Delta]:

@@ -35,6 +35,7 @@ from typing import Any
 
 from ..decoding.options import GenerationOptions
 from ..wrappers.threads import iterate_blocking, run_blocking
+from .local_responses import OWNER as LOCAL_OWNER
 from .structured_outputs import structured_outputs
 from .vllm_proposer import DOCUMENTS
 
@@ -270,7 +271,7 @@ class OpenAIHTTPBackend:
             print(delta.text, end="")
     """
 
-    name = "vllm-server"  # what responses report as the backend
+    name = "vllm-server"  # the kind of backend settings are checked against
 
     def __init__(self, base_url: str, model: str | None = None, *, api_key: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S) -> None:
@@ -304,6 +305,14 @@ class OpenAIHTTPBackend:
         if self._model is not None:
             return self._model
         return str(self._model_card()["id"])
+
+    @property
+    def served_by(self) -> str:
+        """What answers report as their backend: ``"local-server"`` when the server is
+        ``ngram-trie-rag serve``'s own batched engine (its ``/models`` card is owned by
+        ``ngram-trie-rag``), else ``"vllm-server"``."""
+        owner = self._model_card().get("owned_by")
+        return "local-server" if owner == LOCAL_OWNER else self.name
 
     @property
     def context_window(self) -> int | None:
