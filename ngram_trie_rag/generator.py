@@ -331,7 +331,13 @@ class SpeculativeGenerator:
 
     def _prefill(self, req: _Request, ids: list[int]) -> Step:
         start = time.perf_counter()
-        req.kv, logits = req.engine.prefill(ids, req.limit)
+        kv, logits = req.engine.prefill(ids, req.limit)
+        return self._prefilled(req, kv, logits, start)
+
+    def _prefilled(self, req: _Request, kv: KV, logits: torch.Tensor, start: float) -> Step:
+        """The first token after a prompt cached in ``kv`` (``logits`` (V,) after its last
+        token; ``start``: when caching it began, what ``prefill_s`` counts from)."""
+        req.kv = kv
         req.stats.prefix_reused = req.kv.reused
         req.stats.engine = req.kv.ran_on or req.stats.engine
         req.stats.threads_used = req.kv.threads_used  # CPU threads -> steps, as they run

@@ -207,7 +207,8 @@ def test_the_server_stops_cleanly(generator) -> None:
 def test_serve_local_command_answers_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "ngram_trie_rag.commands.cli", "serve",
-                             "--engine", "local", "--port", "0"], stdout=subprocess.PIPE,
+                             "--engine", "local", "--port", "0", "--prefill-chunk", "128"],
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
         banner = proc.stdout.readline()
@@ -216,6 +217,7 @@ def test_serve_local_command_answers_and_stops_on_ctrl_c(tmp_path: Path) -> None
         url = banner.split()[2]
         assert url.endswith("/v1") and "model SmolLM2-135M-Instruct" in banner
         assert "backend " in banner and "batch " in banner and "cache " in banner
+        assert "chunks of 128 tokens" in banner
         answer = OpenAIHTTPBackend(url, timeout=60).complete(CHAT, DOCS, GREEDY)
         assert answer.completion_tokens and answer.speculative["draft_source"] == "documents"
         proc.send_signal(signal.SIGINT)

@@ -161,3 +161,39 @@ def test_async_generate_and_stream(generator) -> None:
     with BatchScheduler(generator, max_batch=2, capacity=512) as scheduler:
         result, text = asyncio.run(both(scheduler))
     assert text == result.text and len(result.token_ids) <= 6
+
+
+def _long_request() -> tuple[list[dict], list[str]]:
+    """A prompt of several passages (a few hundred tokens), with documents of its own."""
+    text = "\n\n".join(sorted(passages(40), key=len)[-4:])
+    return ([{"role": "user", "content": f"Passages:\n{text}\n\n{QUESTIONS[0]}"}],
+            [f"{text} (kept for the long request only)"])
+
+
+@pytest.mark.parametrize("chunk", [48, None])
+def test_a_long_prompt_joins_a_chunk_at_a_time(generator, chunk) -> None:
+    # one row decodes while a long prompt joins: with chunks, the row takes a step after
+    # each chunk (the new prompt never holds it for its whole prefill); with None, the
+    # prompt is cached in one forward. Both rows answer as alone either way.
+    new = 64  # the decoding row drafts nothing: one token a step
+    long_ids = generator.encode_prompt(_long_request()[0])
+    alone = [generator.generate(*_request(4), max_new_tokens=new).token_ids,  # 60 tokens
+             generator.generate(*_long_request(), max_new_tokens=NEW).token_ids]
+    with BatchScheduler(generator, max_batch=2, capacity=1024, buffer_steps=new,
+                        prefill_chunk=chunk) as scheduler:
+        running = scheduler.stream(*_request(4), max_new_tokens=new,
+                                   method="none")  # unread, and never paused
+        next(running)
+        _wait_for(lambda: scheduler.steps_run >= 1)
+        before = scheduler.steps_run
+        joining = scheduler.stream(*_long_request(), max_new_tokens=NEW)
+        next(joining)  # its first token: the whole prompt is cached
+        between = scheduler.steps_run - before
+        results = [running.read_all(), joining.read_all()]
+    chunks = -(-len(long_ids) // 48)
+    assert 8 <= chunks < len(alone[0]) - 1 - before  # steps left to the decoding row
+    if chunk is None:
+        assert between <= 2  # the step that was running, at most one more
+    else:  # each chunk but the last is followed by a step of the decoding row
+        assert between >= chunks - 1, (between, chunks)
+    assert [r.token_ids for r in results] == alone

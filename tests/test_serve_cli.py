@@ -95,6 +95,7 @@ def test_vllms_server_refuses_the_local_engines_flags() -> None:
     assert "--engine local" in refused and "no --engine eager" in refused
     assert "--max-model-len" in local_engine_flags(parse(["serve", "--capacity", "4096"]))
     assert "--max-batch" in local_engine_flags(parse(["serve", "--max-batch", "4"]))
+    assert "--prefill-chunk" in local_engine_flags(parse(["serve", "--prefill-chunk", "64"]))
     assert runs_locally(parse(["serve", "--engine", "local"]))
     assert not runs_locally(parse(["serve", "--print-command"]))  # vLLM's command line
 

@@ -32,6 +32,7 @@ from .errors import USER_ERRORS, first_line
 
 MAX_BATCH = 16
 MAX_QUEUE = 64
+PREFILL_CHUNK = 256  # prompt tokens per turn of the local scheduler while others decode
 PROG = "ngram-trie-rag serve"
 
 
@@ -71,6 +72,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queue", type=positive_int, default=None,
                    help=f"local only: requests waiting at most before a 503 (default "
                         f"{MAX_QUEUE})")
+    p.add_argument("--prefill-chunk", type=positive_int, default=None,
+                   help=f"local only: prompt tokens a joining request caches per turn while "
+                        f"others decode, so a long prompt never holds them for its whole "
+                        f"prefill (default {PREFILL_CHUNK})")
     p.add_argument("--print-command", action="store_true",
                    help="print the vLLM command line and exit")
     p.add_argument("vllm_args", nargs=argparse.REMAINDER,
@@ -133,6 +138,7 @@ def local_engine_flags(args: argparse.Namespace) -> str | None:
                 f"serve --engine {LOCAL_SERVER})")
     given = [flag for flag, value in (("--max-batch", args.max_batch),
                                       ("--max-queue", args.max_queue),
+                                      ("--prefill-chunk", args.prefill_chunk),
                                       ("--quantize", args.quantize),
                                       ("--device", args.device)) if value is not None]
     if given:
@@ -155,8 +161,8 @@ def local_flags(args: argparse.Namespace) -> str | None:
         why = ("" if args.engine == LOCAL_SERVER else
                " (vLLM is not installed here, so serve runs the local server)")
         return (f"{', '.join(given)} apply to vLLM's server; the local server{why} takes "
-                "--model, --dtype, --device, --quantize, --capacity, --max-batch and "
-                "--max-queue")
+                "--model, --dtype, --device, --quantize, --capacity, --max-batch, "
+                "--max-queue and --prefill-chunk")
     return None
 
 
@@ -178,7 +184,8 @@ def serve_locally(args: argparse.Namespace) -> int:
         raise ValueError(f"{first_line(exc)} (serving with the local engine: vLLM is not "
                          "installed here)") from exc
     choice = choose_backend(generator, max_batch=args.max_batch or MAX_BATCH,
-                            max_queue=args.max_queue or MAX_QUEUE)
+                            max_queue=args.max_queue or MAX_QUEUE,
+                            prefill_chunk=args.prefill_chunk or PREFILL_CHUNK)
     try:
         server = for_generator(choice.backend, generator, host=args.host, port=args.port,
                                name=args.served_model_name)

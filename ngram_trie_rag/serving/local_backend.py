@@ -21,9 +21,11 @@ class Choice:
     why: str = ""  # why the generator answers alone (the scheduler refused the model)
 
 
-def choose_backend(generator: Any, *, max_batch: int = 16, max_queue: int = 64) -> Choice:
+def choose_backend(generator: Any, *, max_batch: int = 16, max_queue: int = 64,
+                   prefill_chunk: int | None = 256) -> Choice:
     """The scheduler over ``generator`` (``max_batch`` decoded together, ``max_queue``
-    waiting at most), or the generator where the scheduler refuses the model."""
+    waiting at most, prompts joining ``prefill_chunk`` tokens per step of the others), or
+    the generator where the scheduler refuses the model."""
     from .scheduler import BatchScheduler
 
     if max_batch < 1 or max_queue < 1:
@@ -32,7 +34,8 @@ def choose_backend(generator: Any, *, max_batch: int = 16, max_queue: int = 64) 
     alone = Choice(generator, "SpeculativeGenerator", 1,
                    getattr(generator.engine, "capacity", None))
     try:
-        backend = BatchScheduler(generator, max_batch=max_batch, max_queue=max_queue)
+        backend = BatchScheduler(generator, max_batch=max_batch, max_queue=max_queue,
+                                 prefill_chunk=prefill_chunk)
     except (ValueError, TypeError, NotImplementedError) as exc:  # a model it cannot batch
         return replace(alone, why=f"the batch scheduler refused this model: {exc}")
     return Choice(backend, "BatchScheduler", backend.max_batch, backend.capacity)
@@ -45,4 +48,6 @@ def describe(choice: Choice) -> str:
     if choice.name == "SpeculativeGenerator":
         return (f"backend SpeculativeGenerator (one request at a time: {choice.why}), "
                 f"batch 1, cache {capacity}")
-    return f"backend {choice.name}, batch {choice.max_batch}, cache {capacity}"
+    chunk = getattr(choice.backend, "prefill_chunk", None)
+    chunks = f", prompts join in chunks of {chunk} tokens" if chunk else ""
+    return f"backend {choice.name}, batch {choice.max_batch}, cache {capacity}{chunks}"

@@ -6,11 +6,16 @@ scheduler thread runs them all over a :class:`~ngram_trie_rag.engine.batched.Bat
 
     loop:
         drop rows whose stream was closed (their cache rows go back)
-        admit one waiting request: prefill it alone, into a free row (joins the batch)
+        admit one waiting request: prefill it alone, a chunk per turn while others
+        decode (all at once when none do), into a free row (joins the batch)
         step every runnable row together: per row its own draft (grammar closing,
         forced tokens, the trie; trees capped by the cap chooser), ONE forward for all rows,
         per row its own acceptance, cut, stats, constraint; compaction for all rows
         rows that finished leave (the last row moves into the freed one)
+
+A long prompt joining never holds the rows already decoding for its whole prefill: it is
+cached ``prefill_chunk`` tokens per turn of the loop, each chunk followed by one step of
+the others (:mod:`~ngram_trie_rag.engine.batched.prefill_chunks`).
 
 A row is runnable while its stream holds fewer than ``buffer_steps`` undelivered steps:
 a reader that stops reading pauses its own row only. Requests wait in a queue of at most
@@ -42,10 +47,13 @@ from ..decoding.result import GenerationResult
 from ..decoding.stream import GenerationStream, Step
 from ..decoding.text_stream import TextStream
 from ..engine.batched import BatchedEngine, CapChooser
+from ..engine.batched.prefill_chunks import PendingPrefill
 from ..generator import SpeculativeGenerator, _Start
 from ..inputs import DraftDocument, Prompt
 
 __all__ = ["BatchScheduler", "QueueFull", "SchedulerClosed"]
+
+PREFILL_CHUNK = 256  # prompt tokens a joining request caches per turn while others decode
 
 
 class QueueFull(RuntimeError):
@@ -65,6 +73,7 @@ class _Ticket:
     ``done``: the final step (or the error) has been handed over."""
 
     start: _Start
+    prefill: PendingPrefill | None = None  # its prompt, cached so far (while admitted)
     steps: deque[Step] = field(default_factory=deque)
     error: BaseException | None = None
     cancelled: bool = False
@@ -113,16 +122,18 @@ class BatchScheduler:
     ``capacity``: cache positions per request (prompt + ``max_new_tokens``); None: the
     model's context window, at most 2,048. The cache for ``max_batch`` rows of that size
     is allocated here. ``buffer_steps``: steps a request runs ahead of its reader before
-    it is paused. Call :meth:`close` (or use ``with``) to stop the thread.
+    it is paused. ``prefill_chunk``: prompt tokens a joining request caches per turn
+    while other rows decode (None: its whole prompt at once). Call :meth:`close` (or use
+    ``with``) to stop the thread.
     Eager forwards only, Llama-style models only (see :mod:`~ngram_trie_rag.engine.batched`).
     """
 
     def __init__(self, generator: SpeculativeGenerator, *, max_batch: int = 16,
                  max_queue: int = 64, capacity: int | None = None,
-                 buffer_steps: int = 64) -> None:
+                 buffer_steps: int = 64, prefill_chunk: int | None = PREFILL_CHUNK) -> None:
         for name, value in (("max_batch", max_batch), ("max_queue", max_queue),
-                            ("buffer_steps", buffer_steps)):
-            if value < 1:
+                            ("buffer_steps", buffer_steps), ("prefill_chunk", prefill_chunk)):
+            if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.generator = generator
         self.engine = BatchedEngine(generator.model, max_batch=max_batch, capacity=capacity,
@@ -131,11 +142,13 @@ class BatchScheduler:
         self.max_queue = max_queue
         self.capacity = self.engine.capacity
         self.buffer_steps = buffer_steps
+        self.prefill_chunk = prefill_chunk
+        self.steps_run = 0  # batched steps so far (a prefill chunk runs between two)
         self.caps = CapChooser(self.engine.buckets)  # each row's tree cap, as steps measure
         self._cond = threading.Condition()  # guards everything below and the tickets
         self._waiting: deque[_Ticket] = deque()
         self._running: list[_Ticket] = []  # in the engine's rows (order: arrival)
-        self._admitting: _Ticket | None = None  # being prefilled, in neither list
+        self._admitting: _Ticket | None = None  # being prefilled (over turns), in neither list
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="ngram-trie-rag-batch",
                                         daemon=True)
@@ -249,6 +262,8 @@ class BatchScheduler:
         return not ticket.done and len(ticket.steps) < self.buffer_steps
 
     def _has_work(self) -> bool:
+        if self._admitting is not None:
+            return True
         if self._waiting and len(self._running) < self.max_batch:
             return True
         return any(t.cancelled or t.done or self._runnable(t) for t in self._running)
@@ -264,14 +279,15 @@ class BatchScheduler:
                     leaving = [t for t in self._running if t.cancelled or t.done]
                     self._running = [t for t in self._running if t not in leaving]
                     self._drop_cancelled()
-                    admit = None
-                    if self._waiting and len(self._running) < self.max_batch:
-                        admit = self._admitting = self._waiting.popleft()
+                    if (self._admitting is None and self._waiting
+                            and len(self._running) < self.max_batch):
+                        self._admitting = self._waiting.popleft()
+                    admitting = self._admitting
                     runnable = [t for t in self._running if self._runnable(t)]
                 for ticket in leaving:
                     self.engine.release(ticket.start.request.kv)
-                if admit is not None:
-                    self._admit(admit)
+                if admitting is not None:  # a chunk while others decode, else all of it
+                    self._admit(admitting, self.prefill_chunk if runnable else None)
                 if runnable:
                     self._step(runnable)
         except BaseException as error:  # noqa: BLE001 - every waiting reader must hear of it
@@ -282,21 +298,33 @@ class BatchScheduler:
             raise
 
     @torch.inference_mode()
-    def _admit(self, ticket: _Ticket) -> None:
-        """Prefill one request alone into a free row; it joins the next step."""
+    def _admit(self, ticket: _Ticket, chunk: int | None) -> None:
+        """Cache the next ``chunk`` tokens of the joining request's prompt (None: the rest),
+        alone; once it is all cached the request takes a free row and joins the next
+        step. A request cancelled meanwhile is dropped."""
         start = ticket.start
+        if ticket.cancelled:
+            with self._cond:
+                self._admitting = ticket.prefill = None
+            return
         try:
             with self.engine.lock:
-                step = self.generator._prefill(start.request, start.ids)
+                if ticket.prefill is None:
+                    ticket.prefill = self.engine.begin_prefill(start.ids, start.request.limit)
+                if not ticket.prefill.advance(chunk):
+                    return  # more chunks at the next turns
+                kv, logits = ticket.prefill.finish()
+                step = self.generator._prefilled(start.request, kv, logits,
+                                                 ticket.prefill.started)
         except Exception as error:  # noqa: BLE001 - it fails this request only
             with self._cond:
-                self._admitting = None
+                self._admitting = ticket.prefill = None
                 self._fail(ticket, error)
             if start.request.kv is not None:
                 self.engine.release(start.request.kv)
             return
         with self._cond:  # (closed meanwhile: close() failed it, the row leaves unused)
-            self._admitting = None
+            self._admitting = ticket.prefill = None
             self._running.append(ticket)
             self._deliver(ticket, step)
 
@@ -314,6 +342,7 @@ class BatchScheduler:
                 for ticket in tickets:
                     self._fail(ticket, error)
             return
+        self.steps_run += 1
         self.caps.observe(len(reqs), cap, sum(len(tokens) for tokens, _, _ in steps),
                           time.perf_counter() - start)
         with self._cond:

@@ -5,7 +5,8 @@
 
 - :meth:`prefill` runs its prompt alone (batch 1, the model's own forward over a
   ``DynamicCache``, so its logits are exactly ``generate``'s), copies the keys/values
-  into the first free row and returns a :class:`SlotKV` naming that row;
+  into the first free row and returns a :class:`SlotKV` naming that row
+  (:meth:`begin_prefill`: the same a chunk at a time, between other rows' steps);
 - :meth:`run_batch` verifies every given row's ``[last] + tree`` in ONE forward over rows
   ``0 .. k - 1`` (trees padded to one bucket; per-row positions and mask, see
   :mod:`~.step_inputs`), and returns each row's logits (1 + N_b, V);
@@ -39,6 +40,7 @@ from ..kv_cache import cache_kwargs
 from ..models.rope_limits import UNLIMITED
 from ..protocol import KV, Engine, EngineInfo, StepInputs
 from ..trees.tree_buckets import BUCKETS
+from .prefill_chunks import PendingPrefill
 from .slot_cache import SlotCache, StepCache
 from .step_inputs import batch_inputs, step_size
 from .support import check_batchable
@@ -97,7 +99,8 @@ class BatchedEngine:
         self.slots = SlotCache(config.num_hidden_layers, max_batch, kv_heads,
                                capacity + scratch, head_dim, model.dtype, model.device)
         self._rows: list[SlotKV] = []  # row r's request; len == active rows
-        self._keyword = next(iter(cache_kwargs(model, None)))  # "cache" or "past_key_values"
+        # the forward's cache keyword: "cache" or "past_key_values"
+        self.cache_keyword = next(iter(cache_kwargs(model, None)))
 
     # ---- the Engine verbs the generator's request set-up reads ------------------------
     def describe(self) -> EngineInfo:
@@ -152,19 +155,30 @@ class BatchedEngine:
     def prefill(self, ids: list[int], new_tokens: int | None = None) -> tuple[SlotKV, torch.Tensor]:
         """Cache the prompt in a free row: its :class:`SlotKV` and the logits (V,) after its
         last token, from the model's plain forward (``generate``'s)."""
-        from transformers import DynamicCache
+        pending = self.begin_prefill(ids, new_tokens)
+        pending.advance()
+        return pending.finish()
 
+    def begin_prefill(self, ids: list[int], new_tokens: int | None = None) -> PendingPrefill:
+        """A prompt to cache a chunk at a time (:class:`~.prefill_chunks.PendingPrefill`),
+        checked to fit a row; it takes a free row only when :meth:`PendingPrefill.finish`
+        is called."""
         self.check_fits(len(ids), new_tokens or 1)
+        self._check_free()
+        return PendingPrefill(self, list(ids))
+
+    def take_row(self, ids: list[int], layer_keys: list[torch.Tensor],
+                 layer_values: list[torch.Tensor]) -> SlotKV:
+        """A free row holding a prefilled prompt (per layer keys/values (1, H, L, D))."""
+        self._check_free()
+        kv = SlotKV(None, len(ids), list(ids), row=len(self._rows))
+        self.slots.load(kv.row, layer_keys, layer_values)
+        self._rows.append(kv)
+        return kv
+
+    def _check_free(self) -> None:
         if not self.free:
             raise RuntimeError(f"all {self.max_batch} rows of the batched engine are in use")
-        cache = DynamicCache(config=self.model.config)
-        out = self.model(input_ids=torch.tensor([ids], device=self.model.device),
-                         **{self._keyword: cache}, use_cache=True, logits_to_keep=1)
-        kv = SlotKV(None, len(ids), list(ids), row=len(self._rows))
-        self.slots.load(kv.row, [layer.keys for layer in cache.layers],
-                        [layer.values for layer in cache.layers])
-        self._rows.append(kv)
-        return kv, out.logits[0, -1]
 
     def release(self, kv: SlotKV) -> None:
         """Free ``kv``'s row: the last active row moves into it. Idempotent."""
@@ -203,7 +217,7 @@ class BatchedEngine:
                               self.model.device, self.model.dtype)
         cache = StepCache(self.slots, inputs.columns, inputs.width)
         out = self.model(input_ids=inputs.ids, position_ids=inputs.positions,
-                         attention_mask=inputs.mask, **{self._keyword: cache}, use_cache=True)
+                         attention_mask=inputs.mask, **{self.cache_keyword: cache}, use_cache=True)
         logits = out.logits  # (k, Q, V)
         steps, per_row = [], []
         for kv, last, tree in rows:
