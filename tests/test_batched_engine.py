@@ -173,6 +173,27 @@ def test_a_request_that_does_not_fit_a_row_is_refused(generator) -> None:
         generator._start("Hello there", None, None, {"max_new_tokens": 80}, engine=engine)
 
 
+def test_the_direct_step_gives_the_modules_logits(generator) -> None:
+    # on a CPU the batched step runs the direct Llama step (GQA packed, no module
+    # dispatch); over the same rows and trees it must give the modules' logits
+    import numpy as np
+    import torch
+
+    engine = BatchedEngine(generator.model, max_batch=3, capacity=512, base=generator.engine)
+    assert engine.step is not None and engine.describe().forward == "llama-step"
+    kvs = [engine.prefill(generator.encode_prompt(m), 8)[0] for m, _, _ in cases(3)]
+    trees = [DraftTree.empty(),
+             DraftTree(np.array([5, 6, 7]), np.array([-1, 0, 0]), np.array([1, 2, 2])),
+             DraftTree(np.array([8, 9]), np.array([-1, 0]), np.array([1, 2]))]
+    rows = [(kv, 11 + i, tree) for i, (kv, tree) in enumerate(zip(kvs, trees, strict=True))]
+    _, direct = engine.run_batch(rows)  # writes the scratch columns only: run it again
+    engine.step = None
+    _, modules = engine.run_batch(rows)
+    for a, b in zip(direct, modules, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+        assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
 def test_compaction_and_moves_keep_each_rows_columns() -> None:
     import torch
 

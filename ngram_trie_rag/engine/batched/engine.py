@@ -18,7 +18,9 @@
   ``max_batch``. A row left out of a step (paused, say) but below the last stepped row
   is computed as a dummy (its outputs dropped, its writes past its committed length).
 
-Eager only: no ``torch.compile`` (the shapes vary with the batch). Llama-style models
+Eager only: no ``torch.compile`` (the shapes vary with the batch); on a CPU a step runs
+the direct Llama step (:mod:`~ngram_trie_rag.engine.cpu.llama_step`, its GQA packed)
+where it applies, else the modules. Llama-style models
 only (:mod:`~.support`). Not thread-safe: one thread (a scheduler's) calls it, holding
 :attr:`lock` (the model's lock, shared with the generator's engine) around each forward.
 It implements enough of :class:`~ngram_trie_rag.engine.protocol.Engine` for
@@ -36,6 +38,7 @@ import torch
 
 from ...drafting.draft_tree import DraftTree
 from ..acceptance import accept_step
+from ..cpu import llama_step
 from ..kv_cache import cache_kwargs
 from ..models.rope_limits import UNLIMITED
 from ..protocol import KV, Engine, EngineInfo, StepInputs
@@ -99,13 +102,16 @@ class BatchedEngine:
         self.slots = SlotCache(config.num_hidden_layers, max_batch, kv_heads,
                                capacity + scratch, head_dim, model.dtype, model.device)
         self._rows: list[SlotKV] = []  # row r's request; len == active rows
+        # a Llama on a CPU steps without module dispatch, its GQA packed (no repeat_kv);
+        # None: the modules
+        self.step = llama_step.for_model(model) if llama_step.applies(model) else None
         # the forward's cache keyword: "cache" or "past_key_values"
         self.cache_keyword = next(iter(cache_kwargs(model, None)))
 
     # ---- the Engine verbs the generator's request set-up reads ------------------------
     def describe(self) -> EngineInfo:
-        """``batched``, the model's own modules, eager."""
-        return EngineInfo("batched", False, "modules")
+        """``batched``, eager; the direct Llama step or the model's own modules."""
+        return EngineInfo("batched", False, "modules" if self.step is None else "llama-step")
 
     @property
     def curve(self):
@@ -216,9 +222,14 @@ class BatchedEngine:
         inputs = batch_inputs(lengths, lasts, trees, step_size(trees, self.buckets),
                               self.model.device, self.model.dtype)
         cache = StepCache(self.slots, inputs.columns, inputs.width)
-        out = self.model(input_ids=inputs.ids, position_ids=inputs.positions,
-                         attention_mask=inputs.mask, **{self.cache_keyword: cache}, use_cache=True)
-        logits = out.logits  # (k, Q, V)
+        step = self.step
+        if step is not None and not llama_step.hooked(step.modules):
+            logits = step.batch(inputs.ids, inputs.positions, inputs.mask, cache)  # (k, Q, V)
+        else:
+            logits = self.model(input_ids=inputs.ids, position_ids=inputs.positions,
+                                attention_mask=inputs.mask, **{self.cache_keyword: cache},
+                                use_cache=True).logits
+
         steps, per_row = [], []
         for kv, last, tree in rows:
             steps.append(RowStep([last, *tree.tokens.tolist()], len(tree)))

@@ -122,7 +122,8 @@ def for_model(model: torch.nn.Module) -> LlamaStep:
 
 
 class LlamaStep:
-    """``step(input_ids, position_ids, mask, cache, layout, packed) -> logits (Q, V)``."""
+    """``step(input_ids, position_ids, mask, cache, layout, packed) -> logits (Q, V)``;
+    :meth:`batch` for B sequences at once (the batched engine's step)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         base = model.model
@@ -185,7 +186,17 @@ class LlamaStep:
         :mod:`ngram_trie_rag.engine.cpu.linear_layout`; ``packed``: a single query's GQA
         packed as in :func:`ngram_trie_rag.engine.cpu.gqa_attention.sdpa_packed_gqa`
         (masked GQA always is)."""
-        q_len = input_ids.shape[1]
+        return self.batch(input_ids, position_ids, mask, cache, layout, packed)[0]
+
+    @torch.inference_mode()
+    def batch(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+              mask: torch.Tensor | None, cache, layout: Layout = "stock",
+              packed: bool = False) -> torch.Tensor:
+        """:meth:`__call__` over B sequences: ``input_ids`` and ``position_ids`` (B, Q),
+        ``mask`` (B, 1, Q, S), ``cache.update`` taking and returning B rows (the batched
+        engine's :class:`~ngram_trie_rag.engine.batched.slot_cache.StepCache`); logits
+        (B, Q, V)."""
+        b, q_len = input_ids.shape
         if mask is None and q_len != 1:
             raise ValueError("an unmasked forward must be a single query")
         if self.quantized and layout != "stock":
@@ -197,7 +208,7 @@ class LlamaStep:
         groups = self.heads // self.kv_heads
         embed = self.embed
         h = embed(input_ids) if isinstance(embed, Int8Embedding) else F.embedding(input_ids, embed)
-        cos, sin = self.rotary(h, position_ids)  # (1, Q, D) each
+        cos, sin = self.rotary(h, position_ids)  # (B, Q, D) each
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         tiled = gqa_attention.tiled_mask(mask, groups) if mask is not None and groups > 1 else mask
         for i, w in enumerate(layers):
@@ -207,23 +218,23 @@ class LlamaStep:
                 q, k, v = w.qkv(x).split(self.qkv_sizes, dim=-1)
             else:
                 q, k, v = linear(x, w.q_proj), linear(x, w.k_proj), linear(x, w.v_proj)
-            q = q.view(1, q_len, -1, dim).transpose(1, 2)  # (1, H, Q, D)
-            k = k.view(1, q_len, -1, dim).transpose(1, 2)  # (1, H_kv, Q, D)
-            v = v.view(1, q_len, -1, dim).transpose(1, 2)
+            q = q.view(b, q_len, -1, dim).transpose(1, 2)  # (B, H, Q, D)
+            k = k.view(b, q_len, -1, dim).transpose(1, 2)  # (B, H_kv, Q, D)
+            v = v.view(b, q_len, -1, dim).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            k, v = cache.update(k, v, i)  # (1, H_kv, S, D): the committed prefix + these
+            k, v = cache.update(k, v, i)  # (B, H_kv, S, D): the committed prefix + these
             if self.fp64_attention:  # a quantized model's (see quant.attention)
                 a = quant_attention.attend(q, k, v, mask, scale)
             elif groups == 1:
                 a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
             elif mask is not None or packed:  # query heads sharing a KV head, packed
                 a = F.scaled_dot_product_attention(
-                    q.reshape(1, self.kv_heads, groups * q_len, dim), k, v, attn_mask=tiled,
+                    q.reshape(b, self.kv_heads, groups * q_len, dim), k, v, attn_mask=tiled,
                     scale=scale)
             else:
                 a = F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
-            a = a.view(1, self.heads, q_len, dim).transpose(1, 2).reshape(1, q_len, -1)
+            a = a.view(b, self.heads, q_len, dim).transpose(1, 2).reshape(b, q_len, -1)
             h = h + linear(a, w.o_proj)
             x = _rms_norm(h, w.post_norm, w.post_eps)
             if w.gate_up is not None:
@@ -232,7 +243,7 @@ class LlamaStep:
                 gate, up = linear(x, w.gate_proj), linear(x, w.up_proj)
             h = h + linear(F.silu(gate) * up, w.down_proj)
         h = _rms_norm(h, *self.norm)
-        return linear(h, head)[0]  # (Q, V)
+        return linear(h, head)  # (B, Q, V)
 
 
 def _matrix(linear: torch.nn.Module) -> Matrix:
