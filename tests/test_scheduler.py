@@ -197,3 +197,10 @@ def test_a_long_prompt_joins_a_chunk_at_a_time(generator, chunk) -> None:
     else:  # each chunk but the last is followed by a step of the decoding row
         assert between >= chunks - 1, (between, chunks)
     assert [r.token_ids for r in results] == alone
+
+
+@pytest.mark.parametrize(("setting", "value"), [("prefill_chunk", 0), ("max_batch", None),
+                                                ("buffer_steps", 1.5)])
+def test_bad_settings_are_refused_by_name(generator, setting, value) -> None:
+    with pytest.raises(ValueError, match=f"{setting} must be an integer >= 1"):
+        BatchScheduler(generator, **{setting: value})

@@ -133,8 +133,9 @@ class BatchScheduler:
                  buffer_steps: int = 64, prefill_chunk: int | None = PREFILL_CHUNK) -> None:
         for name, value in (("max_batch", max_batch), ("max_queue", max_queue),
                             ("buffer_steps", buffer_steps), ("prefill_chunk", prefill_chunk)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+            if not (isinstance(value, int) and value >= 1) and not (
+                    name == "prefill_chunk" and value is None):
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         self.generator = generator
         self.engine = BatchedEngine(generator.model, max_batch=max_batch, capacity=capacity,
                                     base=generator.engine, lock=generator.engine.lock)
