@@ -45,6 +45,7 @@ from model_families import (  # noqa: E402 - the tests' helpers
 )
 
 from ngram_trie_rag import SpeculativeGenerator  # noqa: E402
+from ngram_trie_rag.bench.cost_curve import median_ms  # noqa: E402
 from ngram_trie_rag.drafting import DraftTree  # noqa: E402
 from ngram_trie_rag.engine import EagerEngine, LatencyCurve  # noqa: E402
 from ngram_trie_rag.engine.static_engine import StaticEngine  # noqa: E402
@@ -122,13 +123,7 @@ def linear_floor_ms(model: torch.nn.Module, repeats: int) -> float:
         for m, x in zip(layers, inputs, strict=True):
             torch.nn.functional.linear(x, m.weight)
 
-    once()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        once()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    return median_ms(once, torch.device("cpu"), warmup=1, repeats=repeats)
 
 
 def decode_ms(gen: SpeculativeGenerator, ids: list[int],

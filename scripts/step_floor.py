@@ -19,23 +19,19 @@ tree step's rows are what they are in either engine.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ngram_trie_rag.bench.cost_curve import median_ms
 
-def median_s(fn, runs: int = 15) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+CPU = torch.device("cpu")
+
+
+def timed_ms(fn) -> float:
+    """Median of 15 runs after 3 warm-ups."""
+    return median_ms(fn, CPU, warmup=3, repeats=15)
 
 
 def main() -> None:
@@ -57,16 +53,16 @@ def main() -> None:
     print(f"linear layers: {size / 1e6:.1f} MB, {args.threads} threads")
     for m in (1, 5, 9, 17, 33):
         xs = {w.shape[1]: torch.randn(m, w.shape[1]) for w in weights}
-        stock = median_s(lambda xs=xs: [F.linear(xs[w.shape[1]], w) for w in weights])
-        flipped = median_s(lambda xs=xs: [torch.mm(xs[w.shape[0]], w) for w in transposed])
-        rate = f" ({size / stock / 1e9:.1f} GB/s)" if m == 1 else ""
-        print(f"products of {m:2d} rows: stock {stock * 1e3:6.1f} ms{rate}, "
-              f"transposed {flipped * 1e3:6.1f} ms")
+        stock = timed_ms(lambda xs=xs: [F.linear(xs[w.shape[1]], w) for w in weights])
+        flipped = timed_ms(lambda xs=xs: [torch.mm(xs[w.shape[0]], w) for w in transposed])
+        rate = f" ({size / stock / 1e6:.1f} GB/s)" if m == 1 else ""
+        print(f"products of {m:2d} rows: stock {stock:6.1f} ms{rate}, "
+              f"transposed {flipped:6.1f} ms")
     source = torch.empty(size // 4)
     target = torch.empty_like(source)
-    copy = median_s(lambda: target.copy_(source))
-    print(f"copy of {size / 1e6:.1f} MB: {copy * 1e3:.1f} ms "
-          f"({2 * size / copy / 1e9:.1f} GB/s read and write)")
+    copy = timed_ms(lambda: target.copy_(source))
+    print(f"copy of {size / 1e6:.1f} MB: {copy:.1f} ms "
+          f"({2 * size / copy / 1e6:.1f} GB/s read and write)")
 
     engine = generator.engine
     ids = np.random.default_rng(0).integers(100, 40_000, size=args.cached).tolist()
@@ -80,7 +76,7 @@ def main() -> None:
             engine.commit(kv, inputs, [])  # keeps the one committed token: +1 a step
 
         print(f"eager engine step, {nodes} draft nodes, {args.cached} cached: "
-              f"{median_s(step) * 1e3:.1f} ms ({engine.describe().forward})")
+              f"{timed_ms(step):.1f} ms ({engine.describe().forward})")
 
 
 if __name__ == "__main__":

@@ -26,13 +26,11 @@ import signal
 import sys
 
 from ..engine.engine_names import LOCAL_SERVER
+from ..serving.defaults import MAX_BATCH, MAX_QUEUE, PREFILL_CHUNK
 from ..serving.server import DEFAULT_K, server_argv, server_env
 from .arguments import add_engine_flags, add_quantize_flag, positive_int
 from .errors import USER_ERRORS, first_line
 
-MAX_BATCH = 16
-MAX_QUEUE = 64
-PREFILL_CHUNK = 256  # prompt tokens per turn of the local scheduler while others decode
 PROG = "ngram-trie-rag serve"
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .defaults import MAX_BATCH, MAX_QUEUE, PREFILL_CHUNK
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -21,8 +23,8 @@ class Choice:
     why: str = ""  # why the generator answers alone (the scheduler refused the model)
 
 
-def choose_backend(generator: Any, *, max_batch: int = 16, max_queue: int = 64,
-                   prefill_chunk: int | None = 256) -> Choice:
+def choose_backend(generator: Any, *, max_batch: int = MAX_BATCH, max_queue: int = MAX_QUEUE,
+                   prefill_chunk: int | None = PREFILL_CHUNK) -> Choice:
     """The scheduler over ``generator`` (``max_batch`` decoded together, ``max_queue``
     waiting at most, prompts joining ``prefill_chunk`` tokens per step of the others), or
     the generator where the scheduler refuses the model."""

@@ -50,10 +50,9 @@ from ..engine.batched import BatchedEngine, CapChooser
 from ..engine.batched.prefill_chunks import PendingPrefill
 from ..generator import SpeculativeGenerator, _Start
 from ..inputs import DraftDocument, Prompt
+from .defaults import MAX_BATCH, MAX_QUEUE, PREFILL_CHUNK
 
 __all__ = ["BatchScheduler", "QueueFull", "SchedulerClosed"]
-
-PREFILL_CHUNK = 256  # prompt tokens a joining request caches per turn while others decode
 
 
 class QueueFull(RuntimeError):
@@ -128,13 +127,14 @@ class BatchScheduler:
     Eager forwards only, Llama-style models only (see :mod:`~ngram_trie_rag.engine.batched`).
     """
 
-    def __init__(self, generator: SpeculativeGenerator, *, max_batch: int = 16,
-                 max_queue: int = 64, capacity: int | None = None,
+    def __init__(self, generator: SpeculativeGenerator, *, max_batch: int = MAX_BATCH,
+                 max_queue: int = MAX_QUEUE, capacity: int | None = None,
                  buffer_steps: int = 64, prefill_chunk: int | None = PREFILL_CHUNK) -> None:
-        for name, value in (("max_batch", max_batch), ("max_queue", max_queue),
-                            ("buffer_steps", buffer_steps), ("prefill_chunk", prefill_chunk)):
-            if not (isinstance(value, int) and value >= 1) and not (
-                    name == "prefill_chunk" and value is None):
+        counts = {"max_batch": max_batch, "max_queue": max_queue, "buffer_steps": buffer_steps}
+        if prefill_chunk is not None:  # None: whole prompts
+            counts["prefill_chunk"] = prefill_chunk
+        for name, value in counts.items():
+            if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         self.generator = generator
         self.engine = BatchedEngine(generator.model, max_batch=max_batch, capacity=capacity,

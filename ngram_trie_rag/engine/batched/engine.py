@@ -229,7 +229,6 @@ class BatchedEngine:
             logits = self.model(input_ids=inputs.ids, position_ids=inputs.positions,
                                 attention_mask=inputs.mask, **{self.cache_keyword: cache},
                                 use_cache=True).logits
-
         steps, per_row = [], []
         for kv, last, tree in rows:
             steps.append(RowStep([last, *tree.tokens.tolist()], len(tree)))

@@ -32,7 +32,6 @@ class PendingPrefill:
         self.engine = engine
         self.ids = ids
         self.done = 0  # prompt tokens cached so far
-        self.chunks = 0  # forwards run so far
         self.started: float | None = None
         self._cache = DynamicCache(config=engine.model.config)
         self._logits: torch.Tensor | None = None  # (V,) after the last cached token
@@ -55,7 +54,6 @@ class PendingPrefill:
                         use_cache=True, logits_to_keep=1)
             self._logits = out.logits[0, -1]
             self.done = end
-            self.chunks += 1
         return self.complete
 
     @torch.inference_mode()
