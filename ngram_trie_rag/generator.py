@@ -169,8 +169,9 @@ class SpeculativeGenerator:
         to the engine. Both are checked before the weights load, so a typo costs no load.
 
         ``quantization``: ``"int8"`` or ``"int4"`` weight-only quantization of the loaded
-        weights (see :mod:`~ngram_trie_rag.engine.quant`; greedy answers stay those of the
-        quantized model's own ``generate``); ``None`` keeps them as loaded.
+        weights, or ``"w8a8"`` (int8 weights and per-token int8 activations; CPU); see
+        :mod:`~ngram_trie_rag.engine.quant`. Greedy answers stay those of the quantized
+        model's own ``generate``; ``None`` keeps the weights as loaded.
         """
         from .engine.choice import make_engine
         from .engine.engine_names import check_capacity, check_engine

@@ -195,8 +195,8 @@ def load_model(
     with a ``device_map`` Transformers places them. ``dtype`` default: fp32 on a CPU
     (greedy exactness is checked in fp32), bf16 on CUDA; under a ``device_map``, what
     Transformers chooses. ``tokenizer``: a loaded tokenizer, or a name to load one from
-    (default: the model's own). ``quantization``: ``"int8"`` or ``"int4"`` quantizes the
-    weights once loaded (:mod:`ngram_trie_rag.engine.quant`); a device without its
+    (default: the model's own). ``quantization``: ``"int8"``, ``"int4"`` or ``"w8a8"`` quantizes
+    the weights once loaded (:mod:`ngram_trie_rag.engine.quant`); a device without its
     kernels, or a second quantization in ``model_kwargs``, is refused before loading.
 
     A loaded model is returned as it is, with its tokenizer (given, or loaded from the

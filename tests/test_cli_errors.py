@@ -75,6 +75,8 @@ CASES = [
     ("bench", "number", "bench --data DATA --out OUT --max-new-tokens x", "--max-new-tokens"),
     ("sweep", "number", "sweep --data DATA --out OUT --n 3,x", "--n"),
     ("bench-serve", "number", "bench-serve --data DATA --concurrency x", "--concurrency"),
+    ("bench-serve", "quantize", "bench-serve --data DATA --methods vllm,local --quantize w8a8",
+     "applies to the local methods"),
     ("serve", "number", "serve --port x", "--port"),
     ("cost-curve", "number", "cost-curve --sizes 4,x", "--sizes"),
     ("cost-curve", "number", "cost-curve --shapes tiny-llama --repeats 0", ">= 1"),

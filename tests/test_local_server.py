@@ -231,14 +231,16 @@ def test_serve_local_command_answers_and_stops_on_ctrl_c(tmp_path: Path) -> None
 
 
 # ---- bench-serve ------------------------------------------------------------------------------
-def test_bench_serve_runs_the_local_methods() -> None:
+@pytest.mark.parametrize("quantization", [None, "w8a8"])
+def test_bench_serve_runs_the_local_methods(quantization: str | None) -> None:
     from ngram_trie_rag.bench.serve import run_bench_serve, table
 
     data = SHARED_DATA / "spec_bench" / "rag.jsonl"
     if not data.is_file():
         pytest.skip(f"{data} not found (the shared data folder sits beside the project)")
     doc = run_bench_serve(str(data), methods=["local", "local-trie"], concurrency=[1, 2],
-                          limit=2, max_new_tokens=8)
+                          limit=2, max_new_tokens=8, quantization=quantization)
+    assert doc["meta"]["quantization"] == quantization
     rows = {(r["method"], r["concurrency"]): r for r in doc["results"]}
     assert set(rows) == {(m, c) for m in ("local", "local-trie") for c in (1, 2)}
     for (method, _), row in rows.items():

@@ -1,4 +1,5 @@
-"""Weight-only int8 / int4: every greedy path gives the quantized model's own ``generate``.
+"""int8 / int4 weights (and int8 activations, w8a8): every greedy path gives the
+quantized model's own ``generate``.
 
 The packaged model quantized both ways answers real Spec-Bench RAG prompts with the
 trie and the chain on the eager and static engines, token-identical to that quantized
@@ -32,14 +33,14 @@ from ngram_trie_rag.engine.quant import (
     quantize_model,
 )
 from ngram_trie_rag.engine.quant.apply import SUMMARY, check_loader_quantization
-from ngram_trie_rag.engine.quant.linear import Int4Linear, Int8Linear, fuse
+from ngram_trie_rag.engine.quant.linear import Int4Linear, Int8DynamicLinear, Int8Linear, fuse
 from ngram_trie_rag.engine.static_engine import StaticEngine
 from ngram_trie_rag.loading import load_model
 from ngram_trie_rag.reference import greedy_reference
 
 MAX_NEW = 48
 FAMILY_NEW = 32
-LAYERS = {"int8": Int8Linear, "int4": Int4Linear}
+LAYERS = {"int8": Int8Linear, "int4": Int4Linear, "w8a8": Int8DynamicLinear}
 
 
 # ---- the layers ---------------------------------------------------------------------------
@@ -64,14 +65,19 @@ def test_a_layer_multiplies_by_its_quantized_weight(scheme: str) -> None:
     linear = nn.Linear(576, 200, bias=True)  # 200 rows: int4 pads them to 208
     layer = LAYERS[scheme].quantize(linear)
     x = torch.randn(5, 576)
-    expected = x.bfloat16().float() @ _dequantized(layer, linear).t() + linear.bias
+    if scheme == "w8a8":  # each row rounded to 127 steps of its absmax, fp32 out
+        step = x.abs().amax(dim=1, keepdim=True) / 127
+        expected = (x / step).round() * step @ _dequantized(layer, linear).t() + linear.bias
+        tolerance = 1e-4
+    else:  # bf16 activations in, the product back in bf16: a relative error of its rounding
+        expected = x.bfloat16().float() @ _dequantized(layer, linear).t() + linear.bias
+        tolerance = 2e-2
     out = layer(x)
     assert out.dtype == torch.float32 and out.shape == (5, 200)
-    # the product comes back in bf16: a relative error of its rounding
-    assert torch.allclose(out, expected, rtol=2e-2, atol=2e-2)
+    assert torch.allclose(out, expected, rtol=tolerance, atol=tolerance)
     # and the quantization error itself is what the scheme allows
     error = (_dequantized(layer, linear) - linear.weight).abs().max()
-    assert error < (0.01 if scheme == "int8" else 0.05)
+    assert error < (0.05 if scheme == "int4" else 0.01)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -140,7 +146,7 @@ def test_memory_and_what_the_model_says_it_is(quantized) -> None:
     fp32, _ = load_model(dtype="float32")
     scheme = quantization_of(quantized.model)
     ratio = model_bytes(quantized.model) / model_bytes(fp32)
-    assert ratio < {"int8": 0.35, "int4": 0.25}[scheme]
+    assert ratio < {"int8": 0.35, "int4": 0.25, "w8a8": 0.35}[scheme]
     summary = getattr(quantized.model, SUMMARY)
     assert summary["parameters"] == sum(p.numel() for p in fp32.parameters())
     assert summary["layers"][scheme] == 211 and summary["fused"] == 60  # 30 layers x 2
@@ -183,6 +189,8 @@ def test_names_are_checked_with_the_nearest_one() -> None:
         check_scheme("int3")
     with pytest.raises(ValueError, match="CPU and CUDA only"):
         check_scheme("int8", "mps")
+    with pytest.raises(ValueError, match="on a CUDA GPU use quantization='int8' or 'int4'"):
+        check_scheme("w8a8", "cuda")
 
 
 def test_a_second_quantization_or_bitsandbytes_on_a_cpu_is_refused_before_loading() -> None:

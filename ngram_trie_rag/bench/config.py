@@ -44,7 +44,7 @@ class RunConfig:
     calibrate: bool = False  # measure the latency curve first (else the stored or probed one)
     engine: str = "auto"  # one of engine_names.ENGINES (ngram_trie_rag.engine.choice)
     capacity: int | None = None  # cache positions a preallocating engine reserves; None: sized
-    quantization: str | None = None  # "int8" / "int4" weights (engine.quant); None: as loaded
+    quantization: str | None = None  # "int8" / "int4" / "w8a8" (engine.quant); None: as loaded
     command: str | None = None  # the command line, for the record; None = sys.argv
 
     def __post_init__(self) -> None:

@@ -70,18 +70,37 @@ def check_methods(methods: Sequence[str]) -> list[str]:
     return list(methods)
 
 
+def check_quantization(methods: Sequence[str], quantization: str | None) -> None:
+    """A quantization scheme by name, for the local methods only: vLLM's methods quantize
+    with vLLM's own ``quantization`` engine argument."""
+    from ..engine.quant.names import check_scheme
+
+    check_scheme(quantization)
+    vllm = [m for m in methods if m in VLLM_METHODS]
+    if quantization is not None and vllm:
+        raise ValueError(f"quantization {quantization!r} applies to the local methods "
+                         f"({', '.join(LOCAL_METHODS)}), not {', '.join(vllm)}: vLLM "
+                         "quantizes with its own 'quantization' in --engine-args")
+
+
 def run_bench_serve(data: str, *, methods: Sequence[str] | None = None,
                     concurrency: Sequence[int] = (1, 4, 16), limit: int = 16,
                     max_new_tokens: int = 128, num_speculative_tokens: int = 8,
                     model: str | None = None, dtype: str = "float32",
-                    engine_args: dict | None = None, command: str | None = None) -> dict:
+                    quantization: str | None = None, engine_args: dict | None = None,
+                    command: str | None = None) -> dict:
     """Every method (``None``: :func:`default_methods`) over the first ``limit`` prompts of
     ``data`` at each concurrency level: ``{"meta": {...}, "results": summarise(...)}``.
     ``model`` None is the packaged model; ``engine_args`` None is :data:`CPU_ENGINE_ARGS`
-    (vLLM's; the local methods take none); ``command`` is recorded in the meta."""
+    (vLLM's; the local methods take none); ``quantization`` (``"int8"``, ``"int4"``,
+    ``"w8a8"``) quantizes the local methods' weights, and is refused beside a vLLM method
+    (vLLM quantizes with its own ``quantization`` engine argument); ``command`` is
+    recorded in the meta."""
     from .data import load_items
 
-    methods = check_methods(default_methods() if methods is None else methods)
+    methods = default_methods() if methods is None else methods
+    check_quantization(methods, quantization)
+    methods = check_methods(methods)
 
     if limit < 1 or max_new_tokens < 1:
         raise ValueError(f"limit and max_new_tokens must be >= 1, got {limit} and "
@@ -95,13 +114,15 @@ def run_bench_serve(data: str, *, methods: Sequence[str] | None = None,
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     prompts = [_prompt_text(tokenizer, it.request(tokenizer).prompt) for it in items]
-    job = {"model": model, "dtype": dtype, "k": num_speculative_tokens,
+    job = {"model": model, "dtype": dtype, "quantization": quantization,
+           "k": num_speculative_tokens,
            "max_new_tokens": max_new_tokens, "concurrency": list(concurrency),
            "prompts": prompts, "documents": [it.documents for it in items],
            "engine_args": CPU_ENGINE_ARGS if engine_args is None else engine_args}
     meta = _meta(command=command, data=data, prompts=len(items),
                  max_new_tokens=max_new_tokens, num_speculative_tokens=num_speculative_tokens,
                  model=model, dtype=dtype)
+    meta["quantization"] = quantization
     runs = {m: _run_method(job, m) for m in methods}
     meta["load_avg_end"] = os.getloadavg()
     return {"meta": meta, "results": summarise(runs)}

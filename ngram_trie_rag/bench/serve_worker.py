@@ -115,7 +115,8 @@ def run_local(job: dict) -> dict:
     from ..serving.local_server import for_generator
 
     background_measure.disable()  # nothing may share the cores with the timed levels
-    generator = SpeculativeGenerator.from_pretrained(job["model"], dtype=job["dtype"])
+    generator = SpeculativeGenerator.from_pretrained(job["model"], dtype=job["dtype"],
+                                                     quantization=job.get("quantization"))
     widest = max(job["concurrency"])
     choice = choose_backend(generator, max_batch=widest, max_queue=max(64, widest))
     server = for_generator(choice.backend, generator,

@@ -142,6 +142,7 @@ def add_quantize_flag(parser: argparse.ArgumentParser) -> None:
     from ..engine.quant.names import SCHEMES
 
     parser.add_argument("--quantize", choices=SCHEMES, default=None,
-                        help="weight-only quantization of the loaded weights: int8 or int4 "
-                        "(CPU and CUDA kernels; answers stay the quantized model's own greedy "
-                        "ones); default: the weights as loaded")
+                        help="quantize the loaded weights: int8 or int4 (weight-only; CPU and "
+                        "CUDA kernels), w8a8 (int8 weights and per-token int8 activations; "
+                        "CPU); answers stay the quantized model's own greedy ones; default: "
+                        "the weights as loaded")

@@ -15,8 +15,15 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..bench.serve import METHODS, check_methods, default_methods, run_bench_serve, table
-from .arguments import int_list
+from ..bench.serve import (
+    METHODS,
+    check_methods,
+    check_quantization,
+    default_methods,
+    run_bench_serve,
+    table,
+)
+from .arguments import add_quantize_flag, int_list
 
 
 def _levels(text: str) -> list[int]:
@@ -53,6 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None,
                    help="a Hugging Face hub id or model folder (default: packaged model)")
     p.add_argument("--dtype", default="float32")
+    add_quantize_flag(p)
     p.add_argument("--engine-args", type=json.loads, default=None,
                    help="JSON dict of vLLM engine arguments (default: small CPU limits; "
                         "the local methods take none)")
@@ -63,11 +71,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def cmd_bench_serve(args: argparse.Namespace) -> int:
     if args.limit < 1 or args.max_new_tokens < 1:
         raise SystemExit("error: --limit and --max-new-tokens must be >= 1")
-    check_methods(args.methods or default_methods())  # before the data and the model load
+    methods = args.methods or default_methods()
+    check_quantization(methods, args.quantize)  # before the data and the model load
+    check_methods(methods)
     doc = run_bench_serve(args.data, methods=args.methods, concurrency=args.concurrency,
                           limit=args.limit, max_new_tokens=args.max_new_tokens,
                           num_speculative_tokens=args.num_speculative_tokens,
-                          model=args.model, dtype=args.dtype, engine_args=args.engine_args,
+                          model=args.model, dtype=args.dtype, quantization=args.quantize,
+                          engine_args=args.engine_args,
                           command="ngram-trie-rag " + shlex.join(sys.argv[1:]))
     print(table(doc["results"]))
     if args.out:

@@ -73,7 +73,7 @@ def shared_generator(model: str | None = None, *, device: str | None = None,
         engine: what runs the forwards, as in ``from_pretrained`` (default ``"auto"``).
         capacity: the cache positions a preallocating engine reserves (``None``: the
             engine's own size).
-        quantization: ``"int8"`` / ``"int4"`` weights, or ``None`` (as loaded); part of
+        quantization: ``"int8"`` / ``"int4"`` / ``"w8a8"``, or ``None`` (as loaded); part of
             what the weights are, so each is loaded once.
         model_kwargs: passed to ``AutoModelForCausalLM.from_pretrained``.
         tokenizer_kwargs: passed to ``AutoTokenizer.from_pretrained``.

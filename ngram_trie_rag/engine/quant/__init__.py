@@ -1,4 +1,5 @@
-"""Weight-only quantization: int8 and int4 weights, activations in a float dtype.
+"""Quantized weights: int8 and int4 weights with activations in a float dtype, and
+w8a8 (int8 weights, int8 activations rounded per token).
 
 Names are imported on first use (PEP 562): ``SCHEMES`` and ``check_scheme`` load without
 torch, for the command line's parser."""

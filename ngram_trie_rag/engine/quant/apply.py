@@ -1,8 +1,8 @@
 """Quantizing a loaded model's weights in place, and refusing what cannot run.
 
-``quantize_model(model, "int8" | "int4")`` replaces every ``nn.Linear`` (lm_head
-included; GPT-2's ``Conv1D`` too) by :class:`~.linear.Int8Linear` /
-:class:`~.linear.Int4Linear` and the input embedding by
+``quantize_model(model, "int8" | "int4" | "w8a8")`` replaces every ``nn.Linear``
+(lm_head included; GPT-2's ``Conv1D`` too) by :class:`~.linear.Int8Linear` /
+:class:`~.linear.Int4Linear` / :class:`~.linear.Int8DynamicLinear` and the input embedding by
 :class:`~.embedding.Int8Embedding`, layer by layer (so the float copy of
 one layer at a time is the peak). The model then holds no float copy of its matrices: a
 tied lm_head gets its own quantized table. Norms, biases and the residual stream keep
@@ -27,7 +27,7 @@ from transformers.pytorch_utils import Conv1D
 
 from . import attention, kernels
 from .embedding import Int8Embedding
-from .linear import Int4Linear, Int8Linear, QuantizedLinear, fusable, fuse
+from .linear import Int4Linear, Int8DynamicLinear, Int8Linear, QuantizedLinear, fusable, fuse
 from .names import check_scheme
 
 SUMMARY = "ngram_trie_rag_quantization"  # attribute set on a model quantized here
@@ -102,6 +102,8 @@ def _as_linear(layer: nn.Module) -> nn.Linear:
 def _quantized_linear(linear: nn.Linear, scheme: str) -> QuantizedLinear:
     if scheme == "int4" and kernels.int4_fits(linear.in_features):
         return Int4Linear.quantize(linear)
+    if scheme == "w8a8":
+        return Int8DynamicLinear.quantize(linear)
     return Int8Linear.quantize(linear)
 
 

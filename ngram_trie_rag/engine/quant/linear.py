@@ -2,10 +2,12 @@
 
 int8: one symmetric scale per output channel (``absmax / 127``). int4: an asymmetric
 scale and zero per group of ``INT4_GROUP`` inputs (the value range of the group over 15
-steps; llama.cpp's Q4_1 block). Activations enter the kernel in bf16 and the product
+steps; llama.cpp's Q4_1 block). Activations enter those kernels in bf16 and the product
 returns in the layer input's dtype (see :mod:`.kernels`); a bias is added in that dtype.
+w8a8: the int8 weights, and each row of activations rounded to int8 on its own scale;
+an integer product, fp32 out.
 
-Both kernels compute every output column alone too, so layers that read the same input
+All kernels compute every output column alone too, so layers that read the same input
 (q/k/v, gate/up) can run as one product over their stacked weights (:func:`fuse`) with
 the same bits; the parts keep views of the stacked weights, so nothing is stored twice.
 """
@@ -71,6 +73,32 @@ class Int8Linear(QuantizedLinear):
         return kernels.int8_product(rows, self.qweight, self.scale)
 
 
+class Int8DynamicLinear(Int8Linear):
+    """W8A8: int8 weights (N, K) with one fp32 scale per output channel, and activations
+    quantized to int8 on the fly, one symmetric scale per row (per token).
+
+    The product is integer (``int8 x int8 -> int32``, exact in any summation order), and
+    the scales are row-local, so each row's output is the same bits whatever rows share
+    the call: a tree verification's rows equal ``generate``'s one-row steps by
+    construction. On a CPU with VNNI / AMX the integer product costs about the same for
+    1 to 17 rows, where the W8A16 kernel grows with every row (see :mod:`.kernels`)."""
+
+    scheme = "w8a8"
+
+    @classmethod
+    def quantize(cls, linear: nn.Linear) -> Int8DynamicLinear:
+        w = linear.weight.detach().float().contiguous()  # (N, K)
+        scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)  # (N,) fp32
+        q = (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
+        return cls(q, scale, _bias(linear))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).float()
+        y = kernels.int8_dynamic_product(rows, self.qweight, self.scale)  # (M, N) fp32
+        y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+
 class Int4Linear(QuantizedLinear):
     """W4A16: 4-bit weights in aten's packed layout (rows padded to a multiple of 16),
     a bf16 (scale, zero) per group of ``group`` inputs."""
@@ -128,9 +156,9 @@ def fuse(parts: Sequence[QuantizedLinear]) -> QuantizedLinear:
     parts are rebound to views of its weights (their scales are small copies: the int4
     kernel reads a strided scale tensor as if it were contiguous)."""
     sizes = [p.out_features for p in parts]
-    if isinstance(parts[0], Int8Linear):
-        fused: QuantizedLinear = Int8Linear(torch.cat([p.qweight for p in parts]),
-                                            torch.cat([p.scale for p in parts]))
+    if isinstance(parts[0], Int8Linear):  # and its W8A8 kind
+        fused: QuantizedLinear = type(parts[0])(torch.cat([p.qweight for p in parts]),
+                                                torch.cat([p.scale for p in parts]))
         for part, rows in zip(parts, fused.qweight.split(sizes), strict=True):
             part.qweight = rows
         for part, scale in zip(parts, fused.scale.split(sizes), strict=True):

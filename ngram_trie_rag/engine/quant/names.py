@@ -6,12 +6,12 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-SCHEMES = ("int8", "int4")
+SCHEMES = ("int8", "int4", "w8a8")
 
 
 def check_scheme(scheme: Any, device: Any = None) -> str | None:
-    """``scheme`` (``None``, ``"int8"`` or ``"int4"``), refused by name when unknown or
-    when ``device`` has no kernel for it, before anything loads."""
+    """``scheme`` (``None``, ``"int8"``, ``"int4"`` or ``"w8a8"``), refused by name when
+    unknown or when ``device`` has no kernel for it, before anything loads."""
     if scheme is None:
         return None
     if not isinstance(scheme, str) or scheme not in SCHEMES:
@@ -27,6 +27,9 @@ def check_scheme(scheme: Any, device: Any = None) -> str | None:
     if where.type not in ("cpu", "cuda"):
         raise ValueError(f"quantization={scheme!r} has kernels on CPU and CUDA only, not "
                          f"{where.type!r}: load in bf16 or fp16 there, or run on a CPU")
+    if where.type == "cuda" and scheme == "w8a8":
+        raise ValueError("quantization='w8a8' runs on CPUs (oneDNN's int8 x int8 products, "
+                         "any row count); on a CUDA GPU use quantization='int8' or 'int4'")
     if where.type == "cuda" and scheme == "int4" and torch.cuda.is_available():
         major, _ = torch.cuda.get_device_capability(where)
         if major < 8:
