@@ -219,12 +219,17 @@ class BatchedEngine:
             lasts.append(last)
             trees.append(tree)
         lengths = [self._rows[r].length for r in range(k)]
-        inputs = batch_inputs(lengths, lasts, trees, step_size(trees, self.buckets),
-                              self.model.device, self.model.dtype)
+        # one row alone runs as the single engine's step would: its tree unpadded, in the
+        # linear layout its latency curve chose for that size (the curve its budget reads)
+        size = len(trees[0]) if k == 1 else step_size(trees, self.buckets)
+        layout = self.base.curve.layout(1 + size) if k == 1 and self.base else "stock"
+        inputs = batch_inputs(lengths, lasts, trees, size, self.model.device,
+                              self.model.dtype)
         cache = StepCache(self.slots, inputs.columns, inputs.width)
         step = self.step
         if step is not None and not llama_step.hooked(step.modules):
-            logits = step.batch(inputs.ids, inputs.positions, inputs.mask, cache)  # (k, Q, V)
+            logits = step.batch(inputs.ids, inputs.positions, inputs.mask, cache,
+                                layout)  # (k, Q, V)
         else:
             logits = self.model(input_ids=inputs.ids, position_ids=inputs.positions,
                                 attention_mask=inputs.mask, **{self.cache_keyword: cache},
