@@ -125,7 +125,7 @@ class WrapperSettings(BaseModel):
     quantization: str | None = Field(
         default=None, description="'int8' or 'int4': weight-only quantization of the loaded "
         "weights (0.30x / 0.23x the fp32 model's memory for the default model); 'w8a8': "
-        "int8 weights and per-token int8 activations (CPU; the fastest there); all decoded "
+        "int8 weights and per-token int8 activations (CPU; the soonest first token); all decoded "
         "exactly as the quantized model's own generate; None keeps the weights as loaded. "
         "Local engine only; a model loaded with a quantization_config runs as it is.")
     n: int = Field(default=13, description="Trie window n: prefix plus suffix tokens per "
