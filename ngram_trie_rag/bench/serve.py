@@ -121,8 +121,7 @@ def run_bench_serve(data: str, *, methods: Sequence[str] | None = None,
            "engine_args": CPU_ENGINE_ARGS if engine_args is None else engine_args}
     meta = _meta(command=command, data=data, prompts=len(items),
                  max_new_tokens=max_new_tokens, num_speculative_tokens=num_speculative_tokens,
-                 model=model, dtype=dtype)
-    meta["quantization"] = quantization
+                 model=model, dtype=dtype, quantization=quantization)
     runs = {m: _run_method(job, m) for m in methods}
     meta["load_avg_end"] = os.getloadavg()
     return {"meta": meta, "results": summarise(runs)}
@@ -211,7 +210,8 @@ def table(rows: list[dict]) -> str:
 
 
 def _meta(*, command: str | None, data: str, prompts: int, max_new_tokens: int,
-          num_speculative_tokens: int, model: str, dtype: str) -> dict:
+          num_speculative_tokens: int, model: str, dtype: str,
+          quantization: str | None) -> dict:
     version = None
     if vllm_installed():
         import vllm
@@ -220,5 +220,6 @@ def _meta(*, command: str | None, data: str, prompts: int, max_new_tokens: int,
     return {"command": command, "data": data,
             "prompts": prompts, "max_new_tokens": max_new_tokens,
             "num_speculative_tokens": num_speculative_tokens, "model": model,
-            "dtype": dtype, "vllm": version, "python": platform.python_version(),
+            "dtype": dtype, "quantization": quantization, "vllm": version,
+            "python": platform.python_version(),
             "cpus": len(os.sched_getaffinity(0)), "load_avg_start": os.getloadavg()}

@@ -26,6 +26,7 @@ class QuantizedLinear(nn.Module):
     """What the int8 and int4 layers share: shapes, bias, the float dtype out."""
 
     scheme = ""
+    act_dtype = kernels.ACT_DTYPE  # the dtype the rows enter the product in
 
     def __init__(self, in_features: int, out_features: int,
                  bias: torch.Tensor | None) -> None:
@@ -35,7 +36,7 @@ class QuantizedLinear(nn.Module):
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(kernels.ACT_DTYPE)
+        rows = x.reshape(-1, self.in_features).to(self.act_dtype)
         y = self._product(rows.contiguous())  # (M, N or N padded)
         if y.shape[1] != self.out_features:
             y = y[:, : self.out_features]
@@ -54,18 +55,19 @@ class Int8Linear(QuantizedLinear):
     """W8A16: int8 weights (N, K), one bf16 scale per output channel."""
 
     scheme = "int8"
+    scale_dtype = kernels.ACT_DTYPE  # what the kernel reads the scales in
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor,
                  bias: torch.Tensor | None = None) -> None:
         super().__init__(qweight.shape[1], qweight.shape[0], bias)
         self.register_buffer("qweight", qweight)  # (N, K) int8
-        self.register_buffer("scale", scale)  # (N,) bf16
+        self.register_buffer("scale", scale)  # (N,) scale_dtype
 
     @classmethod
     def quantize(cls, linear: nn.Linear) -> Int8Linear:
         w = linear.weight.detach().float().contiguous()  # (N, K)
         # rounded as the kernel reads it, so the integers are chosen against that scale
-        scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).to(kernels.ACT_DTYPE)
+        scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).to(cls.scale_dtype)
         q = (w / scale.float()[:, None]).round().clamp(-128, 127).to(torch.int8)
         return cls(q, scale, _bias(linear))
 
@@ -84,19 +86,11 @@ class Int8DynamicLinear(Int8Linear):
     1 to 17 rows, where the W8A16 kernel grows with every row (see :mod:`.kernels`)."""
 
     scheme = "w8a8"
+    act_dtype = torch.float32  # rounded to int8 inside the product, row by row
+    scale_dtype = torch.float32
 
-    @classmethod
-    def quantize(cls, linear: nn.Linear) -> Int8DynamicLinear:
-        w = linear.weight.detach().float().contiguous()  # (N, K)
-        scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)  # (N,) fp32
-        q = (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
-        return cls(q, scale, _bias(linear))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).float()
-        y = kernels.int8_dynamic_product(rows, self.qweight, self.scale)  # (M, N) fp32
-        y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
-        return y if self.bias is None else y + self.bias
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+        return kernels.int8_dynamic_product(rows, self.qweight, self.scale)
 
 
 class Int4Linear(QuantizedLinear):
