@@ -230,3 +230,5 @@ def test_the_cap_chooser_runs_the_cap_whose_steps_emit_the_most() -> None:
         chooser.observe(4, cap, int(rate[cap]), 1.0)
     assert picks.count(1) >= len(picks) - 2  # the best, bar a neighbour tried now and then
     assert chooser.choose(1, 32, linear) == 32  # one row: its own budget decides
+    # within the largest bucket: a larger num_draft never builds a tree no step takes
+    assert chooser.choose(1, 100, linear) == 64 and CapChooser((8, 32)).choose(1, 48, linear) == 32

@@ -24,6 +24,7 @@ from ngram_trie_rag.bench.runner import warm_up
 from ngram_trie_rag.decoding.sampling import SamplingParams
 from ngram_trie_rag.drafting import DraftTree
 from ngram_trie_rag.engine import EagerEngine, EngineInfo, LatencyCurve, static_engine
+from ngram_trie_rag.engine.compiling.own_code import own_code
 from ngram_trie_rag.engine.static_engine import StaticEngine, static_engine_for
 from ngram_trie_rag.engine.trees.staging import Staging
 from ngram_trie_rag.reference import greedy_reference
@@ -375,8 +376,7 @@ def test_each_compiled_engine_compiles_its_own_copy_of_the_step() -> None:
     shared it crowded each other out after a few models and cache sizes (an error with
     fullgraph=True). Each engine's step is a copy of the code, running the same."""
     engine = StaticEngine(_tiny("llama"), compiled=False, buckets=SMALL_BUCKETS, curve=FLAT)
-    first, second = static_engine._own_code(engine._forward), static_engine._own_code(
-        engine._forward)
+    first, second = own_code(engine._forward), own_code(engine._forward)
     codes = {id(engine._forward.__code__), id(first.__code__), id(second.__code__)}
     assert len(codes) == 3 and first.__self__ is engine
     kv, logits = engine.prefill(random_prompt(20, seed=4))

@@ -119,6 +119,11 @@ def run_local(job: dict) -> dict:
                                                      quantization=job.get("quantization"))
     widest = max(job["concurrency"])
     choice = choose_backend(generator, max_batch=widest, max_queue=max(64, widest))
+    warm_up = getattr(choice.backend, "warm_up", None)  # the scheduler's compiled steps
+    if warm_up is not None and choice.backend.engine.compiled is not None:
+        print(f"{job['method']}: compiling the batched steps before timing", file=sys.stderr,
+              flush=True)
+        print(f"{job['method']}: compiled in {warm_up():.0f} s", file=sys.stderr, flush=True)
     server = for_generator(choice.backend, generator,
                            method=LOCAL_DRAFTING[job["method"]]).start()
     try:
@@ -128,7 +133,9 @@ def run_local(job: dict) -> dict:
         levels = [_local_level(client, job, c) for c in job["concurrency"]]
     finally:
         server.stop()
-    return {"method": job["method"], "backend": choice.name, "levels": levels}
+    engine = getattr(choice.backend, "engine", None)
+    steps = "compiled" if engine is not None and engine.compiled is not None else "eager"
+    return {"method": job["method"], "backend": choice.name, "steps": steps, "levels": levels}
 
 
 def _local_level(client: OpenAIHTTPBackend, job: dict, c: int) -> dict:

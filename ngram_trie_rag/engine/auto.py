@@ -76,7 +76,7 @@ class AutoEngine(CurveVerbs):
         self.costs = self.eager.costs  # the curve verbs are the eager engine's
         self.lock = self.eager.lock  # one lock for both: the same weights, one request at a time
         self.compiled: StaticEngine | None = None
-        self.why_eager = _why_eager(model)
+        self.why_eager = why_eager(model)
         if self.why_eager is None:
             try:
                 self.compiled = StaticEngine(model, self.lock, compiled=True, buckets=buckets,
@@ -158,8 +158,9 @@ class AutoEngine(CurveVerbs):
         self.eager.commit(kv, inputs, path)
 
 
-def _why_eager(model: torch.nn.Module) -> str | None:
-    """Why ``auto`` cannot use the compiled engine for ``model`` here, or None."""
+def why_eager(model: torch.nn.Module) -> str | None:
+    """Why ``auto`` (and the batched engine by default) cannot compile ``model``'s steps
+    here, or None."""
     setting = os.environ.get(AUTO_ENV, "")
     if setting not in ("", "eager", "compiled"):
         raise ValueError(f"{AUTO_ENV}={setting!r}: set it to 'eager' (auto never compiles), "

@@ -59,13 +59,11 @@ device. Anything else raises ValueError when the engine is built.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import statistics
 import sys
 import threading
 import time
-import types
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,6 +77,7 @@ from .acceptance import DeviceTree, accept_step
 from .compiling import artifacts
 from .compiling.background_compile import BackgroundCompiler, check_not_stopping
 from .compiling.cudagraph_threads import cudagraph_trees_for_this_thread
+from .compiling.own_code import own_code
 from .costs.bucket_curve import bucket_curve
 from .costs.curve_cache import CurveVerbs, ModelCurve
 from .costs.latency import LatencyCurve, sync_device
@@ -203,7 +202,7 @@ class StaticEngine(CurveVerbs):
                 if hasattr(config, name):
                     setattr(config, name, max(getattr(config, name), limit))
             self._compiled_fn = torch.compile(
-                _own_code(self._compiled_forward), fullgraph=True, dynamic=False,
+                own_code(self._compiled_forward), fullgraph=True, dynamic=False,
                 mode="reduce-overhead" if self._cudagraphs else None)
             if background:
                 self._compiler = BackgroundCompiler(self._compile_shapes,
@@ -594,18 +593,6 @@ class StaticEngine(CurveVerbs):
         kv.length = length
         kv.ids.append(inputs.tokens[0])
         kv.ids.extend(inputs.tokens[i] for i in path)
-
-
-_CODE_COPIES = itertools.count(1)
-
-
-def _own_code(method):
-    """``method`` bound to the same object, over a copy of its code object: Dynamo files
-    compiled graphs under the code object, so a copy gives them a list of their own."""
-    fn = method.__func__
-    code = fn.__code__.replace(co_name=f"{fn.__name__}_{next(_CODE_COPIES)}")
-    return types.MethodType(types.FunctionType(code, fn.__globals__, code.co_name,
-                                               fn.__defaults__, fn.__closure__), method.__self__)
 
 
 def cpp_compiler() -> str | None:

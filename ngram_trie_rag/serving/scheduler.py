@@ -122,14 +122,17 @@ class BatchScheduler:
     model's context window, at most 2,048. The cache for ``max_batch`` rows of that size
     is allocated here. ``buffer_steps``: steps a request runs ahead of its reader before
     it is paused. ``prefill_chunk``: prompt tokens a joining request caches per turn
-    while other rows decode (None: its whole prompt at once). Call :meth:`close` (or use
-    ``with``) to stop the thread.
-    Eager forwards only, Llama-style models only (see :mod:`~ngram_trie_rag.engine.batched`).
+    while other rows decode (None: its whole prompt at once). ``compiled``: whether the
+    batched steps compile, in the background from the start (None: where
+    ``engine="auto"`` would, on CUDA; see :class:`~ngram_trie_rag.engine.batched.BatchedEngine`);
+    :meth:`warm_up` waits for them. Call :meth:`close` (or use ``with``) to stop the thread.
+    Llama-style models only (see :mod:`~ngram_trie_rag.engine.batched`).
     """
 
     def __init__(self, generator: SpeculativeGenerator, *, max_batch: int = MAX_BATCH,
                  max_queue: int = MAX_QUEUE, capacity: int | None = None,
-                 buffer_steps: int = 64, prefill_chunk: int | None = PREFILL_CHUNK) -> None:
+                 buffer_steps: int = 64, prefill_chunk: int | None = PREFILL_CHUNK,
+                 compiled: bool | None = None) -> None:
         counts = {"max_batch": max_batch, "max_queue": max_queue, "buffer_steps": buffer_steps}
         if prefill_chunk is not None:  # None: whole prompts
             counts["prefill_chunk"] = prefill_chunk
@@ -138,7 +141,8 @@ class BatchScheduler:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         self.generator = generator
         self.engine = BatchedEngine(generator.model, max_batch=max_batch, capacity=capacity,
-                                    base=generator.engine, lock=generator.engine.lock)
+                                    base=generator.engine, lock=generator.engine.lock,
+                                    compiled=compiled)
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.capacity = self.engine.capacity
@@ -156,6 +160,20 @@ class BatchScheduler:
         self._thread.start()
 
     # ---- the public API ----------------------------------------------------------------
+    def warm_up(self, timeout: float | None = None) -> float:
+        """Wait until the batched steps run compiled (a server at start-up, a benchmark
+        before it times); seconds spent, 0.0 where they do not compile. RuntimeError
+        when they could not be compiled in time."""
+        compiled = self.engine.compiled
+        if compiled is None:
+            return 0.0
+        start = time.perf_counter()
+        if not compiled.wait(timeout):
+            raise RuntimeError(f"the batched steps could not be compiled "
+                               f"({compiled.failed() or f'not within {timeout} s'}); "
+                               "build the scheduler with compiled=False")
+        return time.perf_counter() - start
+
     def stream(self, prompt: Prompt, documents: Sequence[DraftDocument] | None = None,
                options: GenerationOptions | None = None, **changes: Any) -> GenerationStream:
         """As :meth:`SpeculativeGenerator.stream`, run by the scheduler's thread. Raises

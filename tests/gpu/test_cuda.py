@@ -81,9 +81,9 @@ def test_greedy_equals_generate_in_fp32(fp32_gen: SpeculativeGenerator, method: 
 
 
 def test_batched_rows_equal_generate_in_fp32(fp32_gen: SpeculativeGenerator) -> None:
-    """Continuous batching on the device: every request sent at once through the batch
-    scheduler (rows joining as their prefills finish, leaving as they end) gives its
-    own ``generate`` tokens, its own documents' drafts."""
+    """Continuous batching on the device, eager steps: every request sent at once
+    through the batch scheduler (rows joining as their prefills finish, leaving as they
+    end) gives its own ``generate`` tokens, its own documents' drafts."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ngram_trie_rag.serving.scheduler import BatchScheduler
@@ -91,12 +91,43 @@ def test_batched_rows_equal_generate_in_fp32(fp32_gen: SpeculativeGenerator) -> 
     messages = _messages(max(PROMPTS, 4))
     expected = [greedy_reference(fp32_gen.model, fp32_gen.encode_prompt(m), MAX_NEW)
                 for m in messages]
-    with BatchScheduler(fp32_gen, max_batch=4, capacity=2048) as scheduler, \
+    with BatchScheduler(fp32_gen, max_batch=4, capacity=2048, compiled=False) as scheduler, \
             ThreadPoolExecutor(len(messages)) as pool:
         results = list(pool.map(lambda m: scheduler.generate(
             m, [m[0]["content"]], max_new_tokens=MAX_NEW, method="trie"), messages))
     assert [r.token_ids for r in results] == expected
     assert all(r.stats.engine == "batched" for r in results)
+
+
+@cuda_only
+def test_compiled_batched_rows_equal_generate_in_fp32(fp32_gen: SpeculativeGenerator,
+                                                      capsys) -> None:
+    """The batch scheduler's steps compiled (the default on CUDA: rows padded to batch
+    buckets, trees to 8 or 32 nodes, CUDA graphs): every request sent at once, after the
+    shapes are compiled, gives its own ``generate`` tokens, and every step replays a
+    graph; the compile time reported."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ngram_trie_rag.serving.scheduler import BatchScheduler
+
+    messages = _messages(max(PROMPTS, 4))
+    expected = [greedy_reference(fp32_gen.model, fp32_gen.encode_prompt(m), MAX_NEW)
+                for m in messages]
+    with BatchScheduler(fp32_gen, max_batch=4, capacity=2048) as scheduler:
+        compiled = scheduler.engine.compiled
+        assert compiled is not None, scheduler.engine.why_eager  # the default on CUDA
+        seconds = scheduler.warm_up(timeout=1800)
+        before = compiled.calls
+        with ThreadPoolExecutor(len(messages)) as pool:
+            results = list(pool.map(lambda m: scheduler.generate(
+                m, [m[0]["content"]], max_new_tokens=MAX_NEW, method="trie"), messages))
+        steps = compiled.calls - before
+    assert [r.token_ids for r in results] == expected
+    assert steps == scheduler.steps_run > 0  # every step replayed a graph
+    with capsys.disabled():
+        print(f"\ncompiled batched steps: {len(compiled.shapes())} shapes ready after "
+              f"{seconds:.1f} s; {steps} of {scheduler.steps_run} steps compiled; "
+              f"{len(messages)}/{len(messages)} answers equal generate (fp32)")
 
 
 def test_a_long_prompt_in_fp32(fp32_gen: SpeculativeGenerator) -> None:

@@ -19,7 +19,8 @@ as requests come and go).
 
 A cap only bounds the drafts; each row's own budget may draft fewer, and the answers do
 not change: verification keeps greedy tokens and sampling distributions whatever the
-tree. One row alone is not capped here: its draft budget prices its own steps.
+tree. One row alone is capped only at the largest bucket: its draft budget prices its
+own steps.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ class CapChooser:
     def choose(self, rows: int, max_draft: int, predict: Callable[[int], float]) -> int:
         """The cap for a step of ``rows`` rows whose drafters draft at most
         ``max_draft`` nodes; ``predict``: the latency curve (the first cap tried)."""
-        if rows <= 1:
-            return max_draft
+        if rows <= 1:  # its own budget decides, within the largest size a step pads to
+            return min(max_draft, max(self.buckets))
         size = _rows_bucket(rows)
         first = draft_cap(predict, rows, max_draft, self.buckets)
         # none, the buckets up to the curve's cap and one above it (past that, the curve

@@ -18,9 +18,13 @@
   ``max_batch``. A row left out of a step (paused, say) but below the last stepped row
   is computed as a dummy (its outputs dropped, its writes past its committed length).
 
-Eager only: no ``torch.compile`` (the shapes vary with the batch); on a CPU a step runs
-the direct Llama step (:mod:`~ngram_trie_rag.engine.cpu.llama_step`, its GQA packed)
-where it applies, else the modules. Llama-style models
+Eager steps run the direct Llama step on a CPU
+(:mod:`~ngram_trie_rag.engine.cpu.llama_step`, its GQA packed) where it applies, else the
+modules. With ``compiled`` (by default where ``engine="auto"`` compiles: on CUDA, and on
+a CPU with ``NGRAM_TRIE_RAG_AUTO_ENGINE=compiled``) the steps run compiled once every
+shape is (:mod:`~.compiled_step`: rows padded to a batch bucket, trees to
+:data:`~.compiled_step.TREE_SIZES`, CUDA graphs on a GPU), eagerly until then and for a
+tree larger than the largest size. Llama-style models
 only (:mod:`~.support`). Not thread-safe: one thread (a scheduler's) calls it, holding
 :attr:`lock` (the model's lock, shared with the generator's engine) around each forward.
 It implements enough of :class:`~ngram_trie_rag.engine.protocol.Engine` for
@@ -30,6 +34,7 @@ phases; its latency curve is the generator's engine's (single-sequence forwards)
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +48,7 @@ from ..kv_cache import cache_kwargs
 from ..models.rope_limits import UNLIMITED
 from ..protocol import KV, Engine, EngineInfo, StepInputs
 from ..trees.tree_buckets import BUCKETS
+from .compiled_step import TREE_SIZES, CompiledBatchedStep
 from .prefill_chunks import PendingPrefill
 from .slot_cache import SlotCache, StepCache
 from .step_inputs import batch_inputs, step_size
@@ -75,12 +81,17 @@ class BatchedEngine:
     window, at most :data:`DEFAULT_CAPACITY`). Memory: ``2 * layers * max_batch *
     (capacity + 1 + max bucket) * kv_heads * head_dim`` elements, allocated here.
     ``base``: the engine whose latency curve draft budgets read (the generator's).
+    ``compiled``: True compiles the steps (in the background, from construction), False
+    never, None where ``engine="auto"`` would (:attr:`why_eager` says why not); a
+    compiling engine pads trees to ``buckets`` = :data:`~.compiled_step.TREE_SIZES`
+    unless given.
     """
 
     def __init__(self, model: torch.nn.Module, *, max_batch: int = 16,
                  capacity: int | None = None, base: Engine | None = None,
                  lock: threading.Lock | None = None,
-                 buckets: tuple[int, ...] = BUCKETS) -> None:
+                 buckets: tuple[int, ...] | None = None,
+                 compiled: bool | None = None) -> None:
         check_batchable(model)
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
@@ -92,7 +103,13 @@ class BatchedEngine:
         self.model = model
         self.base = base
         self.lock = lock or (base.lock if base is not None else threading.Lock())
-        self.buckets = tuple(sorted(buckets))
+        self.why_eager = _why_eager(model, compiled)
+        compiling = self.why_eager is None
+        if buckets is None:
+            buckets = TREE_SIZES if compiling else BUCKETS
+        if not buckets or min(buckets) < 1:
+            raise ValueError(f"buckets must be positive node counts, got {buckets!r}")
+        self.buckets = tuple(sorted(set(buckets)))
         self.max_batch = max_batch
         self.capacity = capacity
         heads = config.num_attention_heads
@@ -107,10 +124,18 @@ class BatchedEngine:
         self.step = llama_step.for_model(model) if llama_step.applies(model) else None
         # the forward's cache keyword: "cache" or "past_key_values"
         self.cache_keyword = next(iter(cache_kwargs(model, None)))
+        self.compiled: CompiledBatchedStep | None = None
+        if compiling:  # compiled in the background; steps run eagerly until it is done
+            self.compiled = CompiledBatchedStep(model, self.slots, max_batch, self.buckets,
+                                                busy=self.lock.locked)
+            self.compiled.request()
 
     # ---- the Engine verbs the generator's request set-up reads ------------------------
     def describe(self) -> EngineInfo:
-        """``batched``, eager; the direct Llama step or the model's own modules."""
+        """``batched``; compiled once its shapes are ready; the direct Llama step or the
+        model's own modules (a compiled step runs the modules)."""
+        if self.compiled is not None and self.compiled.ready():
+            return EngineInfo("batched", True, "modules")
         return EngineInfo("batched", False, "modules" if self.step is None else "llama-step")
 
     @property
@@ -218,14 +243,25 @@ class BatchedEngine:
                                  f"bucket ({max(self.buckets)})")
             lasts.append(last)
             trees.append(tree)
+        compiled, size = self.compiled, step_size(trees, self.buckets)
+        padded = compiled.tree_size(size) if compiled is not None and compiled.ready() else None
+        if padded is not None:
+            # rows up to the batch bucket (the others dummies, in rows of their own), trees
+            # to a compiled size, keys over every column: a compiled shape
+            b, size = compiled.rows_for(k), padded
+            lengths = [row.length for row in self._rows[:b]] + [0] * (b - len(self._rows))
+            inputs = batch_inputs(lengths, lasts + [0] * (b - k), trees + [empty] * (b - k),
+                                  size, self.model.device, self.model.dtype,
+                                  width=self.slots.columns)
+            return self._per_row(rows, compiled.run(inputs))
         lengths = [self._rows[r].length for r in range(k)]
         # one row alone runs as the single engine's step would: its tree unpadded, in the
         # linear layout its latency curve chose for that size (the curve its budget reads)
-        size = len(trees[0]) if k == 1 else step_size(trees, self.buckets)
+        size = len(trees[0]) if k == 1 else size
         layout = self.base.curve.layout(1 + size) if k == 1 and self.base else "stock"
         inputs = batch_inputs(lengths, lasts, trees, size, self.model.device,
                               self.model.dtype)
-        cache = StepCache(self.slots, inputs.columns, inputs.width)
+        cache = StepCache(self.slots.keys, self.slots.values, inputs.columns, inputs.width)
         step = self.step
         if step is not None and not llama_step.hooked(step.modules):
             logits = step.batch(inputs.ids, inputs.positions, inputs.mask, cache,
@@ -234,6 +270,12 @@ class BatchedEngine:
             logits = self.model(input_ids=inputs.ids, position_ids=inputs.positions,
                                 attention_mask=inputs.mask, **{self.cache_keyword: cache},
                                 use_cache=True).logits
+        return self._per_row(rows, logits)
+
+    @staticmethod
+    def _per_row(rows: Sequence[tuple[SlotKV, int, DraftTree]], logits: torch.Tensor
+                 ) -> tuple[list[RowStep], list[torch.Tensor]]:
+        """Each given row's :class:`RowStep` and its real rows of ``logits`` (k', Q, V)."""
         steps, per_row = [], []
         for kv, last, tree in rows:
             steps.append(RowStep([last, *tree.tokens.tolist()], len(tree)))
@@ -271,3 +313,30 @@ class BatchedEngine:
             device = self.model.device
             self.slots.compact(torch.tensor(rows, device=device), torch.tensor(src, device=device),
                                torch.tensor(dst, device=device))
+
+
+def _why_eager(model: torch.nn.Module, compiled: bool | None) -> str | None:
+    """Why the steps of ``model`` run eagerly (None: they compile): ``compiled=False``,
+    ``auto``'s reasons when None, and for True only what cannot compile at all."""
+    from ..auto import why_eager
+    from ..cpu import linear_layout
+    from ..quant import quantization_of
+    from ..static_engine import cpp_compiler
+
+    if compiled is False:
+        return "compiled=False"
+    scheme = quantization_of(model)
+    if scheme is not None:
+        if compiled:  # as the compiled static engine: measured to leave its own generate
+            raise ValueError(f"the compiled batched step does not run quantized weights "
+                             f"({scheme}); build the batched engine with compiled=False")
+        return f"quantized weights ({scheme}) run eagerly"
+    if linear_layout.installed(model):
+        return "this model object has the eager engine's linear variants installed"
+    if compiled is None:
+        return why_eager(model)
+    if model.device.type == "cpu" and not cpp_compiler():
+        print("ngram-trie-rag: no C++ compiler on this host, which torch.compile needs on a "
+              "CPU: the batched steps run eagerly", file=sys.stderr)
+        return "no C++ compiler on this host"
+    return None

@@ -55,11 +55,14 @@ class StepCache:
     returns the first ``width`` columns of the first ``n`` rows to attend over (the
     mask hides what a row may not see).
 
-    ``columns`` (n, Q) int64: where row b's query j goes (``length_b + j``).
+    ``keys``/``values``: per layer the (max_batch, H, columns, D) buffers (a
+    :class:`SlotCache`'s); ``columns`` (n, Q) int64: where row b's query j goes
+    (``length_b + j``).
     """
 
-    def __init__(self, slots: SlotCache, columns: torch.Tensor, width: int) -> None:
-        self.slots = slots
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor],
+                 columns: torch.Tensor, width: int) -> None:
+        self.keys, self.values = keys, values
         self.n = int(columns.shape[0])
         self.rows = torch.arange(self.n, device=columns.device)[:, None]  # (n, 1)
         self.cols = columns  # (n, Q)
@@ -68,7 +71,7 @@ class StepCache:
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
                *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         """key/value_states (n, H, Q, D) -> the layer's keys/values (n, H, width, D)."""
-        keys, values = self.slots.keys[layer_idx], self.slots.values[layer_idx]
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
         # advanced indices around a slice: the indexed result is (n, Q, H, D)
         keys[self.rows, :, self.cols] = key_states.transpose(1, 2)
         values[self.rows, :, self.cols] = value_states.transpose(1, 2)

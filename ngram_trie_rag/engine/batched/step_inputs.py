@@ -42,9 +42,11 @@ def step_size(trees: Sequence[DraftTree], buckets: tuple[int, ...] = BUCKETS) ->
 
 
 def batch_inputs(lengths: Sequence[int], lasts: Sequence[int], trees: Sequence[DraftTree],
-                 size: int, device: torch.device, dtype: torch.dtype) -> BatchInputs:
+                 size: int, device: torch.device, dtype: torch.dtype,
+                 width: int | None = None) -> BatchInputs:
     """Inputs for rows with committed ``lengths``, newest tokens ``lasts`` and ``trees``,
-    each padded to ``size`` nodes."""
+    each padded to ``size`` nodes; the mask over ``width`` key columns (None: the fewest,
+    ``max_b length_b + Q``; a compiled step passes every column of a row)."""
     n, q = len(lengths), 1 + size
     ids = np.zeros((n, q), dtype=np.int64)
     depths = np.zeros((n, q), dtype=np.int64)
@@ -57,7 +59,7 @@ def batch_inputs(lengths: Sequence[int], lasts: Sequence[int], trees: Sequence[D
         ancestors[b] = padded.ancestors
     past = np.asarray(lengths, dtype=np.int64)
     columns = past[:, None] + np.arange(q)  # (n, Q)
-    width = int(past.max()) + q
+    width = int(past.max()) + q if width is None else width
     visible = np.arange(width)[None, None, :] < past[:, None, None]  # (n, 1, width) prefix
     visible = np.repeat(visible, q, axis=1)  # (n, Q, width)
     rows = np.arange(n)[:, None, None]
