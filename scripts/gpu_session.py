@@ -17,7 +17,8 @@ Parts:
   per-token time of the first (compiling) and later calls (``compiled.json``).
 - ``static``: :mod:`ngram_trie_rag.bench.static_step`, the fixed-shape compiled tree
   step against the eager one over a static cache, bf16 on CUDA (``static.json``,
-  ``static.md``), within ``--deadline`` seconds of the script's start.
+  ``static.md``), within ``--deadline`` seconds of the script's start; the 8B Llama shape
+  with int4 weights too (``llama-3.1-8b+int4``: the quantized step's cost against bf16).
 - ``tests``: the tests marked ``gpu`` (``make test-gpu``), with ``--gguf``'s weights when
   given, else random weights in ``--meta``'s shape (``tests.txt``).
 - ``report``: every result in ``OUT`` gathered into ``report.md`` and ``report.json``.
@@ -42,7 +43,9 @@ Parts:
   serving`` (the shell script) or ``--parts serving``.
 - ``quantized``: ``bench --quantize int8`` and ``int4`` with ``vanilla`` and ``trie``, fp32
   (exactness against the quantized model's own ``generate``) then bf16
-  (``quantized-int8-float32.json``, ...). Not in the default parts: ``--parts quantized``.
+  (``quantized-int8-float32.json``, ...), then int4 bf16 through ``uniform-compiled``
+  (``quantized-int4-bfloat16-uniform-compiled.json``, against ``bf16-uniform-compiled.json``).
+  Not in the default parts: ``--parts quantized``.
 
 TF32 stays off (PyTorch's default for matrix products), so fp32 is fp32.
 """
@@ -294,8 +297,9 @@ def static(out: Path, device: torch.device, quick: bool, deadline: float, spec: 
     from ngram_trie_rag.bench import static_step
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    runs = ((("tiny-llama", 64, (0, 4, 16)),) if quick else
+    runs = ((("tiny-llama", 64, (0, 4, 16)), ("tiny-llama+int8", 64, (0, 4))) if quick else
             (("smollm2-135m", 1024, static_step.SIZES), ("llama-3.1-8b", 2048, static_step.SIZES),
+             ("llama-3.1-8b+int4", 2048, static_step.SIZES),
              ("qwen2.5-7b", 2048, static_step.SIZES)))
     if spec:  # "shape:context:k,k,..;shape:context:k,.."
         runs = tuple((shape, int(context), tuple(int(k) for k in sizes.split(",")))
@@ -333,6 +337,10 @@ def quantized(out: Path, device: torch.device, quick: bool, gguf: Path, data: Pa
         for dtype in ("float32", "bfloat16"):
             _bench(out / f"quantized-{scheme}-{dtype}.json", gguf, data, device, dtype,
                    "vanilla,trie", limit, tokens, extra=("--quantize", scheme))
+    # compiled int4 in bf16 (fp32 refuses it), against the uniform part's compiled bf16
+    _bench(out / "quantized-int4-bfloat16-uniform-compiled.json", gguf, data, device,
+           "bfloat16", "vanilla,trie", limit, tokens, engine="uniform-compiled",
+           extra=("--quantize", "int4"))
 
 
 def gpu_tests(out: Path, model: Path | None, select: str = "") -> None:

@@ -46,9 +46,10 @@ def test_it_compiles_where_auto_would(monkeypatch) -> None:
         "compiled=False")
 
 
-def test_quantized_weights_are_refused_by_name() -> None:
+def test_quantized_fp32_weights_are_refused_by_name(monkeypatch) -> None:
+    monkeypatch.delenv(AUTO_ENV, raising=False)
     model = quantize_model(_tiny(), "int8")
-    with pytest.raises(ValueError, match=r"does not run quantized weights \(int8\)"):
+    with pytest.raises(ValueError, match=r"do not run quantized weights \(int8\) in an fp32"):
         BatchedEngine(model, max_batch=2, capacity=64, compiled=True)
     assert "quantized" in BatchedEngine(model, max_batch=2, capacity=64).why_eager
 

@@ -245,6 +245,7 @@ def test_bench_serve_runs_the_local_methods(quantization: str | None) -> None:
     assert set(rows) == {(m, c) for m in ("local", "local-trie") for c in (1, 2)}
     for (method, _), row in rows.items():
         assert row["exact_match_rate"] == 1.0
+        assert row["steps"] == "eager"  # a CPU's batched steps
         assert 0 < row["output_tokens"] <= 16 and row["output_tokens_per_s"] > 0
         assert row["p90_latency_s"] >= row["mean_latency_s"] * 0.5
         if method == "local":

@@ -20,10 +20,12 @@ from model_families import (
     drafting_documents,
     pinned_generator,
     random_prompt,
+    word_tokenizer,
 )
 from torch import nn
 
 from ngram_trie_rag import SpeculativeGenerator
+from ngram_trie_rag.engine import static_engine
 from ngram_trie_rag.engine.cpu import llama_step
 from ngram_trie_rag.engine.quant import (
     SCHEMES,
@@ -254,13 +256,36 @@ def test_the_full_measurement_times_the_stock_layout_only(monkeypatch, tmp_path)
     assert engine.curve.layouts == {} and engine.curve.source == "measured"
 
 
-def test_the_compiled_engines_refuse_quantized_weights() -> None:
-    """Compiled, the quantized default model left its own ``generate`` on 3 of 8
+def test_the_compiled_engines_refuse_quantized_weights_in_fp32() -> None:
+    """Compiled, the quantized fp32 default model left its own ``generate`` on 5 of 8
     Spec-Bench RAG answers: refused by name rather than answered wrong."""
     model = quantize_model(build(FAMILIES["llama-rope-llama3"]), "int4")
-    with pytest.raises(ValueError, match="compiled engines do not run quantized weights"):
+    with pytest.raises(ValueError, match=r"compiled steps do not run quantized weights "
+                                         r"\(int4\) in an fp32 model"):
         StaticEngine(model, compiled=True, buckets=(4,))
     assert StaticEngine(model, compiled=False, buckets=(4,)).compiled is False
+
+
+@pytest.mark.skipif(static_engine.cpp_compiler() is None,
+                    reason="torch.compile on a CPU needs a C++ compiler")
+def test_a_bf16_quantized_model_runs_compiled() -> None:
+    """In bf16, where no engine promises ``generate``'s tokens, quantized weights compile
+    (the GPU's int4 step against bf16 is measured this way): every step of two answers
+    runs the one compiled shape, with no recompile, and the answers have their length."""
+    model = quantize_model(build(FAMILIES["llama-rope-llama3"]).to(torch.bfloat16), "int8")
+    engine = StaticEngine(model, compiled=True, uniform=4, background=False)
+    gen = SpeculativeGenerator(model, word_tokenizer(), engine=engine)
+    calls = []
+    step = engine._compiled_fn
+    engine._compiled_fn = lambda *args: calls.append(1) or step(*args)
+    prompt = random_prompt(24, seed=3)
+    first = gen.generate(prompt, max_new_tokens=12, method="trie", num_draft=4,
+                         documents=[prompt * 2])
+    with torch.compiler.set_stance("fail_on_recompile"):
+        second = gen.generate(prompt, max_new_tokens=12, method="none")
+    assert len(first.token_ids) == len(second.token_ids) == 12
+    steps = len(first.stats.accept_lengths) + len(second.stats.accept_lengths)
+    assert len(calls) == steps and first.stats.engine == "uniform-compiled"
 
 
 def test_auto_keeps_a_quantized_model_eager_where_it_would_compile(monkeypatch) -> None:

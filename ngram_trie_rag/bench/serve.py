@@ -35,8 +35,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+
+from .serve_worker import PROGRESS
 
 VLLM_METHODS = ("vllm", "vllm-ngram", "vllm-trie")
 LOCAL_METHODS = ("local", "local-trie")
@@ -46,7 +49,6 @@ PLAIN = {"vllm": "vllm", "vllm-ngram": "vllm", "vllm-trie": "vllm", "local": "lo
 # Small engine limits that fit a CPU host; on a GPU pass engine_args={} or larger.
 CPU_ENGINE_ARGS = {"max_model_len": 4096, "enforce_eager": True,
                    "kv_cache_memory_bytes": 2 << 30}
-
 
 def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
@@ -136,15 +138,29 @@ def _prompt_text(tokenizer, prompt: str | list[dict[str, str]]) -> str:
 
 
 def _run_method(job: dict, method: str) -> dict:
+    """One method in a worker process of its own; the worker's progress lines (those it
+    prints starting ``[bench-serve]``: a compile's, say) shown as they come, the rest of
+    its output kept for the error should it fail."""
     with tempfile.TemporaryDirectory() as tmp:
         job_path, out_path = Path(tmp, "job.json"), Path(tmp, "out.json")
         job_path.write_text(json.dumps({**job, "method": method}))
         print(f"[bench-serve] {method} ...", file=sys.stderr, flush=True)
-        done = subprocess.run([sys.executable, "-m", "ngram_trie_rag.bench.serve_worker",
-                               str(job_path), str(out_path)], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{method} failed ({done.returncode}):\n"
-                               + (done.stdout + done.stderr)[-4000:])
+        worker = subprocess.Popen([sys.executable, "-m", "ngram_trie_rag.bench.serve_worker",
+                                   str(job_path), str(out_path)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        errors: list[str] = []  # drained beside stdout, so neither pipe fills and blocks
+        drain = threading.Thread(target=lambda: errors.extend(worker.stderr), daemon=True)
+        drain.start()
+        lines = []
+        for line in worker.stdout:
+            lines.append(line)
+            if line.startswith(PROGRESS):
+                print(line, end="", file=sys.stderr, flush=True)
+        returncode = worker.wait()
+        drain.join()
+        if returncode != 0:
+            raise RuntimeError(f"{method} failed ({returncode}):\n"
+                               + ("".join(lines) + "".join(errors))[-4000:])
         return json.loads(out_path.read_text())
 
 
@@ -185,6 +201,7 @@ def summarise(runs: dict[str, dict]) -> list[dict]:
                 "draft_tokens": lv.get("draft_tokens",
                                        lv.get("vllm:spec_decode_num_draft_tokens", 0.0)),
                 "accepted_tokens": accepted,
+                "steps": run.get("steps"),  # the local server's: "compiled" or "eager"
             })
     return rows
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,8 @@ from ..decoding.options import GenerationOptions
 from ..serving.openai_http import OpenAIHTTPBackend
 from ..serving.server import speculative_config
 from ..serving.vllm_proposer import DOCUMENTS
+
+PROGRESS = "[bench-serve]"  # stdout lines bench-serve shows as they come (the rest it keeps)
 
 LOCAL_DRAFTING = {"local": "none", "local-trie": "trie"}  # method -> the server's method
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
@@ -121,9 +124,10 @@ def run_local(job: dict) -> dict:
     choice = choose_backend(generator, max_batch=widest, max_queue=max(64, widest))
     warm_up = getattr(choice.backend, "warm_up", None)  # the scheduler's compiled steps
     if warm_up is not None and choice.backend.engine.compiled is not None:
-        print(f"{job['method']}: compiling the batched steps before timing", file=sys.stderr,
-              flush=True)
-        print(f"{job['method']}: compiled in {warm_up():.0f} s", file=sys.stderr, flush=True)
+        say = f"{PROGRESS} {job['method']}:"
+        _log_to_stdout(say)
+        print(f"{say} compiling the batched steps before timing", flush=True)
+        print(f"{say} compiled in {warm_up():.0f} s", flush=True)
     server = for_generator(choice.backend, generator,
                            method=LOCAL_DRAFTING[job["method"]]).start()
     try:
@@ -136,6 +140,16 @@ def run_local(job: dict) -> dict:
     engine = getattr(choice.backend, "engine", None)
     steps = "compiled" if engine is not None and engine.compiled is not None else "eager"
     return {"method": job["method"], "backend": choice.name, "steps": steps, "levels": levels}
+
+
+def _log_to_stdout(prefix: str) -> None:
+    """The engine's progress log (a compile's shapes and seconds) on stdout, each line
+    ``prefix``-ed: the lines bench-serve shows as they come."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter(f"{prefix} %(message)s"))
+    logger = logging.getLogger("ngram_trie_rag.engine")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def _local_level(client: OpenAIHTTPBackend, job: dict, c: int) -> dict:

@@ -10,7 +10,9 @@ taken in the same graph, and ``torch.compile(fullgraph=True, dynamic=False)`` pe
 whole step from inputs to the argmax on the host (one sync), eager and compiled side by
 side, with the compiled argmax checked against the eager one.
 
-Random weights built on the device from :data:`cost_curve.SHAPES`, nothing downloaded.
+Random weights built on the device from :data:`cost_curve.SHAPES`, nothing downloaded;
+``shape+int4`` (or ``+int8``) quantizes them first (:mod:`~ngram_trie_rag.engine.quant`),
+the step cost of quantized weights beside the float ones.
 """
 
 from __future__ import annotations
@@ -63,11 +65,17 @@ def tree_mask(parents: np.ndarray, context: int, length: int) -> torch.Tensor:
 def measure(shape: str, *, device: torch.device, dtype: torch.dtype, context: int,
             sizes: tuple[int, ...] = SIZES, warmup: int = 3, repeats: int = 10,
             seed: int = 0, compile_budget_s: float = float("inf")) -> list[StaticPoint]:
-    """Eager and compiled points for one shape and context. Sizes whose compile would
-    start after ``compile_budget_s`` seconds are skipped (a bounded session)."""
+    """Eager and compiled points for one shape (``name`` or ``name+scheme``) and context.
+    Sizes whose compile would start after ``compile_budget_s`` seconds are skipped (a
+    bounded session)."""
     from transformers import StaticCache
 
-    model = random_model(shape, device, dtype)
+    name, _, scheme = shape.partition("+")
+    model = random_model(name, device, dtype)
+    if scheme:
+        from ..engine.quant import check_scheme, quantize_model
+
+        model = quantize_model(model, check_scheme(scheme))
     vocab = model.config.vocab_size
     length = context + 1 + max(sizes)
     cache = StaticCache(config=model.config, max_cache_len=length)

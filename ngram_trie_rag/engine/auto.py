@@ -52,6 +52,7 @@ from .costs.curve_cache import CurveVerbs
 from .cpu import llama_step
 from .eager import EagerEngine, engine_for
 from .protocol import KV, Engine, EngineInfo, StepInputs
+from .quant import quantization_of
 from .static_engine import CAPACITY_STEP, StaticEngine, cpp_compiler
 
 # "eager": ``auto`` never compiles in this process or those it starts (a shared host, a
@@ -167,6 +168,10 @@ def why_eager(model: torch.nn.Module) -> str | None:
                          "'compiled' (auto compiles on a CPU too) or leave it unset")
     if setting == "eager":
         return f"{AUTO_ENV}=eager"
+    scheme = quantization_of(model)
+    if scheme is not None:  # engine="compiled" runs a bf16 one; not measured on a GPU yet
+        return (f"quantized weights ({scheme}) run eagerly: compiled, an fp32 model's "
+                "answers left the quantized model's own generate")
     if model.device.type == "cpu":
         if setting != "compiled":
             return (f"on a CPU the compiled step did not pay (0.95x the eager engine's "

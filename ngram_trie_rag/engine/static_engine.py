@@ -135,14 +135,7 @@ class StaticEngine(CurveVerbs):
                  transposed_rows: tuple[int, ...] | None = None) -> None:
         check_supported(model)  # attention that takes the tree mask: 'sdpa' or 'eager'
         check_preallocated(model, "static engine")
-        if compiled and quantization_of(model) is not None:
-            # measured: int4 default model, Spec-Bench RAG, --engine uniform-compiled: 5 of
-            # 8 answers left the quantized model's own generate (the compiled norms and
-            # rotary round apart from the modules', and bf16 kernel inputs amplify that)
-            raise ValueError(f"the compiled engines do not run quantized weights "
-                             f"({quantization_of(model)}): compiled, their answers leave the "
-                             "quantized model's own generate; use engine='eager' (the "
-                             "default's choice) or 'static'")
+        check_compiled_quantized(model, compiled)
         windows = attention_windows(model.config)
         if compiled and linear_layout.installed(model):
             raise ValueError("this model object has the base engine's linear variants "
@@ -593,6 +586,22 @@ class StaticEngine(CurveVerbs):
         kv.length = length
         kv.ids.append(inputs.tokens[0])
         kv.ids.extend(inputs.tokens[i] for i in path)
+
+
+def check_compiled_quantized(model: torch.nn.Module, compiled: bool) -> None:
+    """Refuse compiled steps over quantized weights in an fp32 model, whose answers are
+    promised to be the quantized model's own ``generate``'s: measured (int4 default
+    model, Spec-Bench RAG, ``uniform-compiled``), 5 of 8 answers left it (the compiled
+    norms and rotary round apart from the modules', and the bf16 kernel inputs amplify
+    that). A bf16 or fp16 model, whose answers are not promised identical in any engine,
+    may compile them."""
+    scheme = quantization_of(model)
+    if compiled and scheme is not None and model.dtype == torch.float32:
+        raise ValueError(f"compiled steps do not run quantized weights ({scheme}) in an "
+                         "fp32 model: compiled, its answers leave the quantized model's "
+                         "own generate; use engine='eager' (the default's choice) or "
+                         "'static', or load the model in bfloat16, whose answers are not "
+                         "promised identical to generate, to compile")
 
 
 def cpp_compiler() -> str | None:

@@ -1,4 +1,5 @@
-"""The batched step compiled: one graph per (batch bucket, tree size), CUDA graphs on a GPU.
+"""The batched step compiled: two graphs per tree size (one row; more, the batch dynamic),
+CUDA graphs on a GPU.
 
 An eager batched step takes a new shape nearly every step (its rows, its padded tree, its
 widest row), and on a GPU a small model's step is bound by kernel launches, not by the
@@ -16,8 +17,8 @@ compiled one at 11x: docs/gpu.md). :class:`CompiledBatchedStep` fixes all three 
 The batch dimension of rows 2 and up is one dynamic size (``torch._dynamo.mark_dynamic``),
 so Inductor compiles two graphs per tree size (one row, and 2 .. ``max_batch`` rows:
 measured on a tiny Llama, one graph served 2, 3 and 4 rows with no recompile), each
-traced with ``torch.compile(fullgraph=True)`` (``mode="reduce-overhead"`` on CUDA, which
-records a CUDA graph per batch bucket). They are compiled on a background thread
+traced with ``torch.compile(fullgraph=True, dynamic=False)`` (``mode="reduce-overhead"``
+on CUDA, which records a CUDA graph per batch bucket). They are compiled on a background thread
 (:mod:`~ngram_trie_rag.engine.compiling.background_compile`) over scratch buffers of the
 cache's shape, so no live row is touched, while the engine steps eagerly; once every
 shape is compiled, each step that fits one runs compiled. What compiling produced is
@@ -45,6 +46,7 @@ from ..compiling.background_compile import BackgroundCompiler, check_not_stoppin
 from ..compiling.cudagraph_threads import cudagraph_trees_for_this_thread
 from ..compiling.own_code import own_code
 from ..costs.latency import sync_device
+from ..cpu import gqa_attention
 from ..kv_cache import cache_kwargs
 from .slot_cache import SlotCache, StepCache
 from .step_inputs import BatchInputs, batch_inputs
@@ -76,6 +78,12 @@ class CompiledBatchedStep:
         self.tree_sizes = tuple(sorted(set(tree_sizes)))
         self.cudagraphs = model.device.type == "cuda"
         self._keyword = next(iter(cache_kwargs(model, None)))  # "cache" or "past_key_values"
+        # on a CPU, masked grouped-query attention over the cache as stored (no repeat_kv),
+        # asked for by a keyword the graph traces (see the module it comes from)
+        self._attention_kwargs = {}
+        if gqa_attention.applies(model):
+            gqa_attention.install(model)
+            self._attention_kwargs = {gqa_attention.PACKING_KEYWORD: "masked"}
         if self.cudagraphs:  # buffers CUDA graphs read in place (re-recorded if they move)
             for buf in (*slots.keys, *slots.values):
                 torch._dynamo.mark_static_address(buf)
@@ -85,7 +93,9 @@ class CompiledBatchedStep:
                             ("accumulated_recompile_limit", 16 * need)):
             if hasattr(config, name):
                 setattr(config, name, max(getattr(config, name), limit))
-        self._fn = torch.compile(own_code(self._forward), fullgraph=True,
+        # dynamic=False: no shape turns dynamic on its own (a tree size's graph stays
+        # specialised); only the batch dimension marked in _batch_dynamic is
+        self._fn = torch.compile(own_code(self._forward), fullgraph=True, dynamic=False,
                                  mode="reduce-overhead" if self.cudagraphs else None)
         self.max_batch = max_batch
         self._compiler = BackgroundCompiler(self._compile_all, "batched step shapes", busy)
@@ -157,7 +167,7 @@ class CompiledBatchedStep:
                 inputs = _scratch_inputs(b, n, columns, self.model)
                 self._fn(*self._batch_dynamic(inputs), scratch.keys, scratch.values)
                 sync_device(device)
-                log.info("compiled batched step shape %d/%d (%d rows, %d draft nodes) in "
+                log.info("compiled batched step shape %d/%d (rows %d, draft nodes %d) in "
                          "%.1f s", i, len(shapes), b, n, time.perf_counter() - start)
         log.info("compiled %d batched step shapes in %.1f s", len(shapes),
                  time.perf_counter() - started)
@@ -191,7 +201,7 @@ class CompiledBatchedStep:
         writes each row's step at its columns and attends over every column."""
         cache = StepCache(keys, values, columns, keys[0].shape[2])
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                         **{self._keyword: cache}, use_cache=True)
+                         **{self._keyword: cache}, use_cache=True, **self._attention_kwargs)
         return out.logits
 
 

@@ -320,17 +320,11 @@ def _why_eager(model: torch.nn.Module, compiled: bool | None) -> str | None:
     ``auto``'s reasons when None, and for True only what cannot compile at all."""
     from ..auto import why_eager
     from ..cpu import linear_layout
-    from ..quant import quantization_of
-    from ..static_engine import cpp_compiler
+    from ..static_engine import check_compiled_quantized, cpp_compiler
 
     if compiled is False:
         return "compiled=False"
-    scheme = quantization_of(model)
-    if scheme is not None:
-        if compiled:  # as the compiled static engine: measured to leave its own generate
-            raise ValueError(f"the compiled batched step does not run quantized weights "
-                             f"({scheme}); build the batched engine with compiled=False")
-        return f"quantized weights ({scheme}) run eagerly"
+    check_compiled_quantized(model, bool(compiled))  # an fp32 one, as the static engine
     if linear_layout.installed(model):
         return "this model object has the eager engine's linear variants installed"
     if compiled is None:
