@@ -77,7 +77,7 @@ if [ -n "$META" ]; then PARTS=$PARTS,smoke,compiled; EXTRA+=(--meta "$META"); fi
 if [ -n "$GGUF" ]; then PARTS=$PARTS,bench; EXTRA+=(--gguf "$GGUF"); fi
 if [ -n "$ONLY" ]; then PARTS=$ONLY; fi
 # at tiny sizes one compiled shape is enough to run the code (each costs ~20 s on a CPU)
-if [ -n "$QUICK" ]; then EXTRA+=(--static-runs "tiny-llama:32:4"); fi
+if [ -n "$QUICK" ]; then EXTRA+=(--static-runs "tiny-llama:32:4;tiny-llama+int8:32:4"); fi
 "$PY" "$HERE/scripts/gpu_session.py" --out "$OUT" --device "$DEVICE" $QUICK \
   --parts "$PARTS,report" --deadline "$DEADLINE" --tests-k "$TESTS_K" ${EXTRA[@]+"${EXTRA[@]}"} \
   ${DATA[@]+"${DATA[@]}"}

@@ -257,7 +257,7 @@ def test_the_full_measurement_times_the_stock_layout_only(monkeypatch, tmp_path)
 
 
 def test_the_compiled_engines_refuse_quantized_weights_in_fp32() -> None:
-    """Compiled, the quantized fp32 default model left its own ``generate`` on 5 of 8
+    """Compiled, the quantized fp32 default model left its own ``generate`` on 3 of 8
     Spec-Bench RAG answers: refused by name rather than answered wrong."""
     model = quantize_model(build(FAMILIES["llama-rope-llama3"]), "int4")
     with pytest.raises(ValueError, match=r"compiled steps do not run quantized weights "

@@ -591,7 +591,7 @@ class StaticEngine(CurveVerbs):
 def check_compiled_quantized(model: torch.nn.Module, compiled: bool) -> None:
     """Refuse compiled steps over quantized weights in an fp32 model, whose answers are
     promised to be the quantized model's own ``generate``'s: measured (int4 default
-    model, Spec-Bench RAG, ``uniform-compiled``), 5 of 8 answers left it (the compiled
+    model, Spec-Bench RAG, ``uniform-compiled``), 3 of 8 answers left it (the compiled
     norms and rotary round apart from the modules', and the bf16 kernel inputs amplify
     that). A bf16 or fp16 model, whose answers are not promised identical in any engine,
     may compile them."""
