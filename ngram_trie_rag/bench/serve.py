@@ -39,8 +39,6 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from .serve_worker import PROGRESS
-
 VLLM_METHODS = ("vllm", "vllm-ngram", "vllm-trie")
 LOCAL_METHODS = ("local", "local-trie")
 METHODS = VLLM_METHODS + LOCAL_METHODS
@@ -49,6 +47,7 @@ PLAIN = {"vllm": "vllm", "vllm-ngram": "vllm", "vllm-trie": "vllm", "local": "lo
 # Small engine limits that fit a CPU host; on a GPU pass engine_args={} or larger.
 CPU_ENGINE_ARGS = {"max_model_len": 4096, "enforce_eager": True,
                    "kv_cache_memory_bytes": 2 << 30}
+PROGRESS = "[bench-serve]"  # a worker's stdout lines shown as they come (the rest kept)
 
 def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None

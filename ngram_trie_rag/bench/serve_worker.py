@@ -38,8 +38,7 @@ from ..decoding.options import GenerationOptions
 from ..serving.openai_http import OpenAIHTTPBackend
 from ..serving.server import speculative_config
 from ..serving.vllm_proposer import DOCUMENTS
-
-PROGRESS = "[bench-serve]"  # stdout lines bench-serve shows as they come (the rest it keeps)
+from .serve import PROGRESS
 
 LOCAL_DRAFTING = {"local": "none", "local-trie": "trie"}  # method -> the server's method
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
@@ -123,7 +122,7 @@ def run_local(job: dict) -> dict:
     widest = max(job["concurrency"])
     choice = choose_backend(generator, max_batch=widest, max_queue=max(64, widest))
     warm_up = getattr(choice.backend, "warm_up", None)  # the scheduler's compiled steps
-    if warm_up is not None and choice.backend.engine.compiled is not None:
+    if warm_up is not None and choice.backend.engine.compiles:
         say = f"{PROGRESS} {job['method']}:"
         _log_to_stdout(say)
         print(f"{say} compiling the batched steps before timing", flush=True)
@@ -138,7 +137,7 @@ def run_local(job: dict) -> dict:
     finally:
         server.stop()
     engine = getattr(choice.backend, "engine", None)
-    steps = "compiled" if engine is not None and engine.compiled is not None else "eager"
+    steps = "compiled" if engine is not None and engine.compiles else "eager"
     return {"method": job["method"], "backend": choice.name, "steps": steps, "levels": levels}
 
 

@@ -53,7 +53,7 @@ def describe(choice: Choice) -> str:
     chunk = getattr(choice.backend, "prefill_chunk", None)
     chunks = f", prompts join in chunks of {chunk} tokens" if chunk else ""
     engine = choice.backend.engine
-    steps = ("steps compiled in the background (eager until then)" if engine.compiled
-             is not None else f"eager steps: {engine.why_eager}")
+    steps = ("steps compiled in the background (eager until then)" if engine.compiles
+             else f"eager steps: {engine.why_eager}")
     return (f"backend {choice.name}, batch {choice.max_batch}, cache {capacity}{chunks}, "
             f"{steps}")

@@ -164,15 +164,7 @@ class BatchScheduler:
         """Wait until the batched steps run compiled (a server at start-up, a benchmark
         before it times); seconds spent, 0.0 where they do not compile. RuntimeError
         when they could not be compiled in time."""
-        compiled = self.engine.compiled
-        if compiled is None:
-            return 0.0
-        start = time.perf_counter()
-        if not compiled.wait(timeout):
-            raise RuntimeError(f"the batched steps could not be compiled "
-                               f"({compiled.failed() or f'not within {timeout} s'}); "
-                               "build the scheduler with compiled=False")
-        return time.perf_counter() - start
+        return self.engine.warm_up(timeout)
 
     def stream(self, prompt: Prompt, documents: Sequence[DraftDocument] | None = None,
                options: GenerationOptions | None = None, **changes: Any) -> GenerationStream:

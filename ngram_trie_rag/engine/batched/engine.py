@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -137,6 +138,23 @@ class BatchedEngine:
         if self.compiled is not None and self.compiled.ready():
             return EngineInfo("batched", True, "modules")
         return EngineInfo("batched", False, "modules" if self.step is None else "llama-step")
+
+    @property
+    def compiles(self) -> bool:
+        """Whether the steps compile (ready or in the background); else :attr:`why_eager`."""
+        return self.compiled is not None
+
+    def warm_up(self, timeout: float | None = None) -> float:
+        """Wait until the steps run compiled; seconds spent, 0.0 where they do not
+        compile. RuntimeError when they could not be compiled in time."""
+        if self.compiled is None:
+            return 0.0
+        start = time.perf_counter()
+        if not self.compiled.wait(timeout):
+            why = self.compiled.failed() or f"not within {timeout} s"
+            raise RuntimeError(f"the batched steps could not be compiled ({why}); build "
+                               "the batched engine with compiled=False")
+        return time.perf_counter() - start
 
     @property
     def curve(self):
