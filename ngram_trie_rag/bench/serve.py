@@ -49,6 +49,7 @@ CPU_ENGINE_ARGS = {"max_model_len": 4096, "enforce_eager": True,
                    "kv_cache_memory_bytes": 2 << 30}
 PROGRESS = "[bench-serve]"  # a worker's stdout lines shown as they come (the rest kept)
 
+
 def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 

@@ -121,12 +121,13 @@ def run_local(job: dict) -> dict:
                                                      quantization=job.get("quantization"))
     widest = max(job["concurrency"])
     choice = choose_backend(generator, max_batch=widest, max_queue=max(64, widest))
-    warm_up = getattr(choice.backend, "warm_up", None)  # the scheduler's compiled steps
-    if warm_up is not None and choice.backend.engine.compiles:
+    engine = getattr(choice.backend, "engine", None)  # the scheduler's (not the generator's)
+    compiles = engine is not None and engine.compiles
+    if compiles:
         say = f"{PROGRESS} {job['method']}:"
         _log_to_stdout(say)
         print(f"{say} compiling the batched steps before timing", flush=True)
-        print(f"{say} compiled in {warm_up():.0f} s", flush=True)
+        print(f"{say} compiled in {choice.backend.warm_up():.0f} s", flush=True)
     server = for_generator(choice.backend, generator,
                            method=LOCAL_DRAFTING[job["method"]]).start()
     try:
@@ -136,9 +137,8 @@ def run_local(job: dict) -> dict:
         levels = [_local_level(client, job, c) for c in job["concurrency"]]
     finally:
         server.stop()
-    engine = getattr(choice.backend, "engine", None)
-    steps = "compiled" if engine is not None and engine.compiles else "eager"
-    return {"method": job["method"], "backend": choice.name, "steps": steps, "levels": levels}
+    return {"method": job["method"], "backend": choice.name,
+            "steps": "compiled" if compiles else "eager", "levels": levels}
 
 
 def _log_to_stdout(prefix: str) -> None:
