@@ -45,6 +45,7 @@ from .drafting import DraftBudget, DraftConfig, Drafter, DraftTree
 from .drafting.answer_store import answer_tokens
 from .engine import KV, Engine, engine_for
 from .engine.costs.latency import LatencyCurve
+from .engine.cpu import openmp_team
 from .inputs import DraftDocument, Prompt, encode_documents, encode_prompt, fit_context
 from .util.keywords import unknown_keywords
 from .validation import check_documents, check_prompt, layer_rows, vocab_size
@@ -130,6 +131,7 @@ class SpeculativeGenerator:
         self.engine = engine or engine_for(model)
         # learned across this generator's calls, one per engine and kind of curve it runs
         self._budgets: dict[tuple, DraftBudget] = {}
+        openmp_team.release()  # the building thread's (weight copies): forwards may run elsewhere
 
     @classmethod
     def from_pretrained(cls, model: str | os.PathLike | None = None, *, tokenizer: Any = None,
@@ -326,9 +328,12 @@ class SpeculativeGenerator:
     @torch.inference_mode()
     def _steps(self, req: _Request, ids: list[int]) -> Iterator[Step]:
         """Yields ``(new tokens, finish reason or None, stats)`` after every step."""
-        yield self._prefill(req, ids)
-        while req.finish is None:
-            yield self._step(req)
+        try:
+            yield self._prefill(req, ids)
+            while req.finish is None:
+                yield self._step(req)
+        finally:  # finished or closed: the next request may run on another thread
+            openmp_team.release()
 
     def _prefill(self, req: _Request, ids: list[int]) -> Step:
         start = time.perf_counter()

@@ -115,10 +115,14 @@ def run_local(job: dict) -> dict:
     from ..generator import SpeculativeGenerator
     from ..serving.local_backend import choose_backend
     from ..serving.local_server import for_generator
+    from .runner import measure_variants
 
-    background_measure.disable()  # nothing may share the cores with the timed levels
     generator = SpeculativeGenerator.from_pretrained(job["model"], dtype=job["dtype"],
                                                      quantization=job.get("quantization"))
+    # the forward variants a long-lived server settles on (measured now where it would
+    # measure them between answers), then nothing may share the cores with the levels
+    measure_variants(generator, calibrate=False)
+    background_measure.disable()
     widest = max(job["concurrency"])
     choice = choose_backend(generator, max_batch=widest, max_queue=max(64, widest))
     engine = getattr(choice.backend, "engine", None)  # the scheduler's (not the generator's)

@@ -48,6 +48,7 @@ from ..decoding.stream import GenerationStream, Step
 from ..decoding.text_stream import TextStream
 from ..engine.batched import BatchedEngine, CapChooser
 from ..engine.batched.prefill_chunks import PendingPrefill
+from ..engine.cpu import openmp_team
 from ..generator import SpeculativeGenerator, _Start
 from ..inputs import DraftDocument, Prompt
 from .defaults import MAX_BATCH, MAX_QUEUE, PREFILL_CHUNK
@@ -158,6 +159,7 @@ class BatchScheduler:
         self._thread = threading.Thread(target=self._loop, name="ngram-trie-rag-batch",
                                         daemon=True)
         self._thread.start()
+        openmp_team.release()  # the starting thread's: every forward now runs on _thread
 
     # ---- the public API ----------------------------------------------------------------
     def warm_up(self, timeout: float | None = None) -> float:
@@ -283,6 +285,8 @@ class BatchScheduler:
         try:
             while True:
                 with self._cond:
+                    if not self._closed and not self._has_work():
+                        openmp_team.release()  # idle: forwards may run on other threads
                     while not self._closed and not self._has_work():
                         self._cond.wait()
                     if self._closed:

@@ -171,7 +171,13 @@ class BatchedEngine:
         """Never: batched steps do not cost what single ones do."""
 
     def finished(self) -> None:
-        """Nothing to learn from a finished request."""
+        """A request ended: the process serves more, so the base engine's forward variants
+        (the layouts a lone row runs) are measured in the idle time between answers, as
+        a single engine's are (:mod:`~ngram_trie_rag.engine.costs.background_measure`;
+        paused while a step holds the model's lock). Nothing is compiled for the base."""
+        costs = getattr(self.base, "costs", None)
+        if costs is not None:
+            costs.measure_in_background()
 
     def depth_room(self, past_len: int) -> int:
         """Unlimited: a RoPE that follows the sequence length is refused when built."""
