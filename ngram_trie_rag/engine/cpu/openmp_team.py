@@ -37,38 +37,38 @@ from collections.abc import Callable
 
 OMP_PAUSE_SOFT = 1  # omp_pause_resource_t: threads released, state kept
 
-_pause: Callable[[int], int] | None = None
+_pauses: list[Callable[[int], int]] = []
 _looked = False
 
 
-def _libgomp_pause() -> Callable[[int], int] | None:
-    """libgomp's ``omp_pause_resource_all`` where the process has libgomp loaded (looked
-    up once torch is imported: the runtime it loads is the one its operators use)."""
-    global _pause, _looked
+def _libgomp_pauses() -> list[Callable[[int], int]]:
+    """``omp_pause_resource_all`` of every libgomp the process has loaded (looked up once
+    torch is imported). Each copy keeps its own teams: torch's, and another package's
+    bundled one (sentencepiece's wheel ships one) that torch's operators never use."""
+    global _looked
     if _looked or "torch" not in sys.modules:
-        return _pause
+        return _pauses
     _looked = True
     if not sys.platform.startswith("linux"):
-        return None
+        return _pauses
     try:
         with open("/proc/self/maps") as maps:
             paths = sorted({line.split()[-1] for line in maps
                             if "libgomp" in line and line.rstrip().split()[-1].startswith("/")})
     except OSError:
-        return None
+        return _pauses
     for path in paths:
         try:
             function = ctypes.CDLL(path, mode=os.RTLD_NOLOAD).omp_pause_resource_all
         except (OSError, AttributeError):  # not loaded after all; libgomp before GCC 9
             continue
         function.argtypes, function.restype = [ctypes.c_int], ctypes.c_int
-        _pause = function
-        break
-    return _pause
+        _pauses.append(function)
+    return _pauses
 
 
 def release() -> bool:
-    """Let the calling thread's OpenMP team go; True when libgomp did. Call it between
+    """Let the calling thread's OpenMP teams go; True when libgomp did. Call it between
     operators (never inside one), on a thread whose forwards are done for now."""
-    pause = _libgomp_pause()
-    return pause is not None and pause(OMP_PAUSE_SOFT) == 0
+    pauses = _libgomp_pauses()
+    return bool(pauses) and all(pause(OMP_PAUSE_SOFT) == 0 for pause in pauses)
