@@ -103,6 +103,34 @@ def test_rows_joining_and_leaving_decode_as_generate(generator, cap) -> None:
     assert engine.active == 0
 
 
+def test_rows_in_the_curves_linear_layouts_decode_as_generate(generator, monkeypatch) -> None:
+    """A batched forward runs the linear layout the base curve chose for its product
+    rows (rows x nodes): transposed for a few, prepacked for more; tokens unchanged."""
+    from ngram_trie_rag.engine import EagerEngine, LatencyCurve
+
+    sizes = (1, 2, 3, 5, 9, 17, 33, 65)
+    curve = LatencyCurve({q: 0.01 * q for q in sizes},
+                         {q: "transposed" if q < 9 else "prepacked" for q in sizes})
+    gen = SpeculativeGenerator(generator.model, generator.tokenizer,
+                               engine=EagerEngine(generator.model, curve=curve))
+    engine = BatchedEngine(gen.model, max_batch=3, capacity=1024, base=gen.engine)
+    layouts: list[str] = []
+    batch = engine.step.batch
+
+    def recorded(*args):  # every batched forward's layout (its last argument)
+        layouts.append(args[-1])
+        return batch(*args)
+
+    monkeypatch.setattr(engine.step, "batch", recorded)
+    requests = cases(5)
+    starts = [gen._start(m, d, None, {"max_new_tokens": n}, engine=engine)
+              for m, d, n in requests]
+    got = _run_batched(gen, engine, starts, cap=4)  # 1-15 product rows: both layouts
+    for (_, _, n), start, tokens in zip(requests, starts, got, strict=True):
+        assert tokens == reference(generator, start.ids, n)
+    assert {"transposed", "prepacked"} <= set(layouts)
+
+
 def test_a_seeded_sampling_row_gives_the_tokens_it_gives_alone(generator) -> None:
     engine = BatchedEngine(generator.model, max_batch=4, capacity=1024, base=generator.engine)
     messages, docs, _ = cases(6)[0]
