@@ -47,6 +47,11 @@ PLAIN = {"vllm": "vllm", "vllm-ngram": "vllm", "vllm-trie": "vllm", "local": "lo
 # Small engine limits that fit a CPU host; on a GPU pass engine_args={} or larger.
 CPU_ENGINE_ARGS = {"max_model_len": 4096, "enforce_eager": True,
                    "kv_cache_memory_bytes": 2 << 30}
+# Every level sends the same prompts: with vLLM's prefix cache (on by default) the levels
+# after the first would skip their prefill, which the local server, like a RAG request
+# whose retrieved chunks are new, computes. So each level pays its prefill (unless
+# engine_args turn the cache on).
+NO_PREFIX_CACHE = {"enable_prefix_caching": False}
 PROGRESS = "[bench-serve]"  # a worker's stdout lines shown as they come (the rest kept)
 
 
@@ -94,7 +99,8 @@ def run_bench_serve(data: str, *, methods: Sequence[str] | None = None,
     """Every method (``None``: :func:`default_methods`) over the first ``limit`` prompts of
     ``data`` at each concurrency level: ``{"meta": {...}, "results": summarise(...)}``.
     ``model`` None is the packaged model; ``engine_args`` None is :data:`CPU_ENGINE_ARGS`
-    (vLLM's; the local methods take none); ``quantization`` (``"int8"``, ``"int4"``,
+    (vLLM's, with its prefix cache off unless they turn it on: :data:`NO_PREFIX_CACHE`;
+    the local methods take none); ``quantization`` (``"int8"``, ``"int4"``,
     ``"w8a8"``) quantizes the local methods' weights, and is refused beside a vLLM method
     (vLLM quantizes with its own ``quantization`` engine argument); ``command`` is
     recorded in the meta."""
@@ -120,7 +126,8 @@ def run_bench_serve(data: str, *, methods: Sequence[str] | None = None,
            "k": num_speculative_tokens,
            "max_new_tokens": max_new_tokens, "concurrency": list(concurrency),
            "prompts": prompts, "documents": [it.documents for it in items],
-           "engine_args": CPU_ENGINE_ARGS if engine_args is None else engine_args}
+           "engine_args": {**NO_PREFIX_CACHE,
+                           **(CPU_ENGINE_ARGS if engine_args is None else engine_args)}}
     meta = _meta(command=command, data=data, prompts=len(items),
                  max_new_tokens=max_new_tokens, num_speculative_tokens=num_speculative_tokens,
                  model=model, dtype=dtype, quantization=quantization)
