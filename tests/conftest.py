@@ -33,6 +33,19 @@ def one_thread():
         yield
 
 
+@pytest.fixture()
+def released(monkeypatch) -> list[str]:
+    """The names of the threads that called :func:`openmp_team.release`, in order."""
+    import threading
+
+    from ngram_trie_rag.engine.cpu import openmp_team
+
+    names: list[str] = []
+    monkeypatch.setattr(openmp_team, "release",
+                        lambda: names.append(threading.current_thread().name) or True)
+    return names
+
+
 @pytest.fixture(scope="module")
 def embedder():
     """The packaged MiniLM sentence embedder."""

@@ -56,7 +56,8 @@ def test_quantized_fp32_weights_are_refused_by_name(monkeypatch) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(NO_COMPILER, reason="torch.compile on a CPU needs a C++ compiler")
-def test_compiled_rows_joining_and_leaving_decode_as_generate(monkeypatch, tmp_path) -> None:
+def test_compiled_rows_joining_and_leaving_decode_as_generate(monkeypatch, tmp_path,
+                                                              released) -> None:
     """Five requests through three rows, trees padded to 4 nodes (a plain step too): two
     graphs (one row; 2 and 3 rows, the batch dimension dynamic), compiled in the
     background before the first step; then every step runs a graph, no recompile, and
@@ -71,6 +72,8 @@ def test_compiled_rows_joining_and_leaving_decode_as_generate(monkeypatch, tmp_p
     assert engine.describe().compiled is False  # compiling in the background
     assert compiled.wait(timeout=900), compiled.failed()
     assert engine.describe().compiled is True
+    # the compile thread let its OpenMP team go after each shape's scratch step
+    assert released.count("ngram-trie-rag-compile") == len(compiled.shapes())
     prompts = [random_prompt(16 + 4 * i, seed=i) for i in range(len(NEW))]
     expected = [greedy_reference(model, ids, n) for ids, n in zip(prompts, NEW, strict=True)]
     starts = [gen._start(ids, drafting_documents(want, seed=i), None,

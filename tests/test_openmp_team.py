@@ -18,7 +18,6 @@ import transformers as tf
 from model_families import SIZE, build, random_prompt, word_tokenizer
 
 from ngram_trie_rag import SpeculativeGenerator
-from ngram_trie_rag.engine.cpu import openmp_team
 from ngram_trie_rag.serving.scheduler import BatchScheduler
 
 RELEASE = """
@@ -50,15 +49,6 @@ def test_release_lets_the_calling_threads_team_go() -> None:
     assert int(after) == int(before)  # the worker is gone
     assert int(again) == int(during)  # and comes back with the next parallel region
     assert same == "True"
-
-
-@pytest.fixture()
-def released(monkeypatch) -> list[str]:
-    """The names of the threads that called :func:`openmp_team.release`, in order."""
-    names: list[str] = []
-    monkeypatch.setattr(openmp_team, "release",
-                        lambda: names.append(threading.current_thread().name) or True)
-    return names
 
 
 def _generator() -> SpeculativeGenerator:

@@ -324,7 +324,8 @@ class _CountCalls:
 
 @pytest.mark.slow
 @pytest.mark.skipif(NO_COMPILER, reason="torch.compile on a CPU needs a C++ compiler")
-def test_compiled_in_the_background_equals_eager_without_recompiles(monkeypatch, tmp_path) -> None:
+def test_compiled_in_the_background_equals_eager_without_recompiles(monkeypatch, tmp_path,
+                                                                  released) -> None:
     """A non-Llama family (Qwen2) through one compiled bucket and the plain step: two
     graphs, compiled on the background thread while the first answer runs eagerly, then
     every answer runs compiled, equal to the eager engine's, with no recompilation (a
@@ -357,6 +358,8 @@ def test_compiled_in_the_background_equals_eager_without_recompiles(monkeypatch,
     assert compiled.compile_for(capacity, timeout=0) and warm_up(eager_gen, [[1, 2]], 1) == 0
     # the background thread's scratch calls: a compile, then the timed runs, per shape
     assert step.calls == len(compiled.step_sizes()) * (1 + static_engine.TIMED_RUNS)
+    # and it let its OpenMP team go after each shape and after the timings
+    assert released.count("ngram-trie-rag-compile") == len(compiled.step_sizes()) + 1
     assert set(compiled.compiled_costs) == {0, 4}  # its draft budgets read these
     assert compiled.curve.predict(2) == compiled.curve.predict(5) == compiled.compiled_costs[4]
     with torch.compiler.set_stance("fail_on_recompile"):

@@ -81,7 +81,7 @@ from .compiling.own_code import own_code
 from .costs.bucket_curve import bucket_curve
 from .costs.curve_cache import CurveVerbs, ModelCurve
 from .costs.latency import LatencyCurve, sync_device
-from .cpu import gqa_attention, linear_layout
+from .cpu import gqa_attention, linear_layout, openmp_team
 from .cpu.transposed_rows import TransposedRows, faster_transposed
 from .kv_cache import cache_kwargs
 from .models.attention_windows import FULL, attention_windows
@@ -398,11 +398,16 @@ class StaticEngine(CurveVerbs):
                 check_not_stopping()  # the interpreter is exiting: no new shape
                 start = time.perf_counter()
                 self._scratch_step(kv, size, staging)
+                # the next shape compiles for minutes (on a CPU) with no forward here:
+                # a team kept that long would slow every answer beside it
+                # (:mod:`.cpu.openmp_team`)
+                openmp_team.release()
                 log.info("compiled step shape %d/%d (%d draft nodes) in %.1f s", i, len(sizes),
                          size, time.perf_counter() - start)
             check_not_stopping()
             costs = stored.costs if stored is not None and stored.costs else {
                 size: self._time_step(kv, size, staging) for size in sizes}
+            openmp_team.release()
         self.compiled_costs = costs
         log.info("compiled %d step shapes in %.1f s; step costs (ms): %s", len(sizes),
                  time.perf_counter() - started,

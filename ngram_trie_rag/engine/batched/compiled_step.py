@@ -46,7 +46,7 @@ from ..compiling.background_compile import BackgroundCompiler, check_not_stoppin
 from ..compiling.cudagraph_threads import cudagraph_trees_for_this_thread
 from ..compiling.own_code import own_code
 from ..costs.latency import sync_device
-from ..cpu import gqa_attention
+from ..cpu import gqa_attention, openmp_team
 from ..kv_cache import cache_kwargs
 from .slot_cache import SlotCache, StepCache
 from .step_inputs import BatchInputs, batch_inputs
@@ -167,6 +167,7 @@ class CompiledBatchedStep:
                 inputs = _scratch_inputs(b, n, columns, self.model)
                 self._fn(*self._batch_dynamic(inputs), scratch.keys, scratch.values)
                 sync_device(device)
+                openmp_team.release()  # no forward here while the next shape compiles
                 log.info("compiled batched step shape %d/%d (rows %d, draft nodes %d) in "
                          "%.1f s", i, len(shapes), b, n, time.perf_counter() - start)
         log.info("compiled %d batched step shapes in %.1f s", len(shapes),

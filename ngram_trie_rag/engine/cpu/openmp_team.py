@@ -21,11 +21,12 @@ as calls from one thread.
 
 :func:`release` lets the calling thread's team go in every libgomp the process loaded
 (``omp_pause_resource_all``, OpenMP 5.0); its next parallel region starts a new one,
-which costs tens of microseconds. So a request releases its thread's team when it
-ends, a generator the team of the thread that built it, and a batch scheduler that of
-the thread that started it. Only libgomp on Linux is handled: other runtimes (LLVM's
-libomp, Intel's) put idle workers to sleep on a timer of their own, and where no
-OpenMP runtime is loaded there is nothing to let go.
+which costs tens of microseconds. So a request releases its thread's team when it ends,
+a generator the team of the thread that built it, and a batch scheduler that of the
+thread that started it, and a compile thread its own after each step shape. Only libgomp
+on Linux is handled: other runtimes (LLVM's libomp, Intel's) put idle workers to sleep
+on a timer of their own, and where no OpenMP runtime is loaded there is nothing to let
+go.
 """
 
 from __future__ import annotations
