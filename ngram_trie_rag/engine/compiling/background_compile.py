@@ -19,9 +19,10 @@ at each of its hundreds of regions. Measured on 2 cores after a background compi
 the Qwen2-shaped default-size model, while the idle compile thread lived, summing every
 weight once took 30-33 ms instead of 19-24, and a plain step's transposed linear
 products 40-57 ms instead of 20-21; with the thread ended, as before the compile. A
-compile of many shapes runs a scratch step after each, so the static engine lets the
-thread's team go after each one (:func:`~ngram_trie_rag.engine.cpu.openmp_team.release`)
-rather than keep it through the minutes the next shape takes.
+compile of many shapes runs a scratch step after each, so both compiling engines (the
+static one and the batched step) let the thread's team go after each one
+(:func:`~ngram_trie_rag.engine.cpu.openmp_team.release`) rather than keep it through the
+minutes the next shape takes.
 
 The thread runs at the lowest CPU priority (nice 19 on Linux, where priority is per
 thread; the compiler processes it starts inherit it), so the answers beside it get the
