@@ -75,7 +75,7 @@ def gen() -> SpeculativeGenerator:
 def results(gen: SpeculativeGenerator, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One full run, written to disk and read back (the file is what users get)."""
     # num_draft pinned so that the model-free replay can be checked against the real run
-    cfg = BenchConfig(data=str(RAG), limit=2, max_new_tokens=MAX_NEW, num_draft=8, warmup=1,
+    cfg = BenchConfig(data=str(RAG), limit=2, max_new_tokens=MAX_NEW, num_draft=8, warmup=0,
                       command="test_bench")
     doc = run_benchmark(cfg, generator=gen, progress=False)
     path = write_json(doc, tmp_path_factory.mktemp("bench") / "results.json")

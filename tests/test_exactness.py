@@ -89,7 +89,9 @@ def test_greedy_exact_across_budgets(generator, num_draft: int) -> None:
     assert sum(a - 1 for a in result.stats.accept_lengths) > 0
 
 
-ENGINE_CASES = [c for c in CASES if c[0] in ("rag-0", "hagrid-0")]
+# One prompt with documents: the layouts follow the rows a forward computes, not the
+# context length or where drafts come from (the trie cases above cover those).
+ENGINE_CASES = [c for c in CASES if c[0] == "hagrid-0"]
 
 
 ENGINES = [("llama-step", "stock"), ("llama-step", "transposed"), ("llama-step", "prepacked"),

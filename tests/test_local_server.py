@@ -231,18 +231,22 @@ def test_serve_local_command_answers_and_stops_on_ctrl_c(tmp_path: Path) -> None
 
 
 # ---- bench-serve ------------------------------------------------------------------------------
-@pytest.mark.parametrize("quantization", [None, "w8a8"])
-def test_bench_serve_runs_the_local_methods(quantization: str | None) -> None:
+# fp32 on Spec-Bench RAG (drafts from the prompt) at 1 and 2 users; w8a8 on HAGRID (drafts
+# from each request's documents) at 2
+@pytest.mark.parametrize(("quantization", "data", "users"), [
+    (None, "spec_bench/rag.jsonl", (1, 2)), ("w8a8", "hagrid/hagrid.jsonl", (2,))])
+def test_bench_serve_runs_the_local_methods(quantization: str | None, data: str,
+                                             users: tuple[int, ...]) -> None:
     from ngram_trie_rag.bench.serve import run_bench_serve, table
 
-    data = SHARED_DATA / "spec_bench" / "rag.jsonl"
-    if not data.is_file():
-        pytest.skip(f"{data} not found (the shared data folder sits beside the project)")
-    doc = run_bench_serve(str(data), methods=["local", "local-trie"], concurrency=[1, 2],
+    path = SHARED_DATA / data
+    if not path.is_file():
+        pytest.skip(f"{path} not found (the shared data folder sits beside the project)")
+    doc = run_bench_serve(str(path), methods=["local", "local-trie"], concurrency=list(users),
                           limit=2, max_new_tokens=8, quantization=quantization)
     assert doc["meta"]["quantization"] == quantization
     rows = {(r["method"], r["concurrency"]): r for r in doc["results"]}
-    assert set(rows) == {(m, c) for m in ("local", "local-trie") for c in (1, 2)}
+    assert set(rows) == {(m, c) for m in ("local", "local-trie") for c in users}
     for (method, _), row in rows.items():
         assert row["exact_match_rate"] == 1.0
         assert row["steps"] == "eager"  # a CPU's batched steps
