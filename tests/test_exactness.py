@@ -29,9 +29,9 @@ def _plain_greedy(generator: SpeculativeGenerator, ids: list[int]) -> list[int]:
 
 def _cases() -> list[tuple[str, list[dict], list[str] | None]]:
     cases = []
-    for i, row in enumerate(read_jsonl("spec_bench/rag.jsonl", 7)):
+    for i, row in enumerate(read_jsonl("spec_bench/rag.jsonl", 6)):
         cases.append((f"rag-{i}", [{"role": "user", "content": row["turns"][0]}], None))
-    for i, row in enumerate(read_jsonl("hagrid/hagrid.jsonl", 8)):
+    for i, row in enumerate(read_jsonl("hagrid/hagrid.jsonl", 6)):
         docs = row["context"] if isinstance(row["context"], list) else [row["context"]]
         docs = [d if isinstance(d, str) else d.get("text", str(d)) for d in docs]
         cases.append((f"hagrid-{i}", [{"role": "user", "content": row["turns"][0]}], docs))

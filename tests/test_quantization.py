@@ -122,12 +122,13 @@ def _reference(gen: SpeculativeGenerator, ids: list[int]) -> list[int]:
 
 @pytest.mark.slow
 def test_packaged_model_greedy_equals_its_own_generate(quantized) -> None:
-    """Trie and chain, drafting from the prompt, on the direct Llama step."""
+    """Trie on two prompts and chain on the first, drafting from the prompt, on the direct
+    Llama step."""
     assert quantized.engine.step is not None  # the quantized layers run in the step
     drafted = 0
-    for ids in _rag_ids(quantized, 2):
+    for k, ids in enumerate(_rag_ids(quantized, 2)):
         expected = _reference(quantized, ids)
-        for method in ("trie", "chain"):
+        for method in ("trie", "chain")[: 2 - k]:
             result = quantized.generate(ids, max_new_tokens=MAX_NEW, method=method)
             assert result.token_ids == expected, method
             drafted += accepted(result)
