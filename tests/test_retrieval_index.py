@@ -48,7 +48,7 @@ def make_passages(n: int, start: int = 0) -> list[Passage]:
 
 
 def build(embedder: Embedder, n: int, factory: str | None = None, seed: int = 0):
-    vectors = unit_vectors(n, seed)
+    vectors = unit_vectors(n, seed, dim=embedder.dim)
     index = VectorIndex(embedder, factory=factory)
     index.add(make_passages(n), vectors)
     return index, vectors
@@ -103,9 +103,7 @@ def test_10k_vectors_get_ivf_pq(tmp_path: Path) -> None:
     thread (27 s in all); an embedder of 16 dimensions gets PQ16, the same code path."""
     assert choose_factory(10_000, DIM) == "IVF256,PQ64"
     small = Embedder(build_tiny_sentence_transformer(tmp_path / "tiny", dim=16))
-    vectors = unit_vectors(10_000, dim=16)
-    index = VectorIndex(small)
-    index.add(make_passages(10_000), vectors)
+    index, vectors = build(small, 10_000)
     assert index.factory == "IVF256,PQ16" and index.nprobe == 16
     found = index.search(vectors[:5], k=10)
     assert all(len(row) == 10 for row in found)
