@@ -3,9 +3,11 @@ the result goes to a file).
 
     python run_vllm.py MODEL_DIR {plain|trie} N_PROMPTS OUT.json
 
-Both configurations answer every prompt batched (all submitted at once) and alone, and
-the first ``CONSTRAINED`` prompts again under a JSON-schema grammar (vLLM's structured
-outputs, which verify the trie's drafts against the grammar).
+Both configurations answer every prompt batched (all submitted at once) and the first
+``CONSTRAINED`` prompts again under a JSON-schema grammar (vLLM's structured outputs,
+which verify the trie's drafts against the grammar); ``trie`` also answers every prompt
+alone (its answers must not depend on the batch; ``plain``'s batched answers are the
+reference for both).
 With ``trie`` the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so
 the run can also look at the proposer itself: which documents each request's drafter
 was built from, how much per-request state is left once requests finish, and what an
@@ -127,9 +129,9 @@ def main() -> None:
     if proposer is not None:
         result["seen"] = seen
         result["state_after_batch"] = _live_state(proposer)
-    result["alone"] = [list(llm.generate([p], [s], use_tqdm=False)[0].outputs[0].token_ids)
-                       for p, s in zip(prompts, params, strict=True)]
     if proposer is not None:
+        result["alone"] = [list(llm.generate([p], [s], use_tqdm=False)[0].outputs[0].token_ids)
+                           for p, s in zip(prompts, params, strict=True)]
         result["state_after_alone"] = _live_state(proposer)
         result["abort"] = _abort_mid_answer(llm, prompts, params, proposer)
     result["constrained"] = _constrained(llm, tokenizer, rows[:CONSTRAINED])
