@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from . import attention, kernels
+from . import attention, kernels, vnni
 from .embedding import Int8Embedding
 from .linear import Int4Linear, Int8DynamicLinear, Int8Linear, QuantizedLinear, fusable, fuse
 from .names import check_scheme
@@ -65,6 +65,8 @@ def quantize_model(model: nn.Module, scheme: str) -> nn.Module:
     check_scheme(scheme, device)
     if quantization_of(model) is not None:
         raise ValueError(f"the model is already quantized ({quantization_of(model)})")
+    if scheme == "w8a8":
+        vnni.kernel()  # built (or loaded) now, not inside the first answer
     embedding = model.get_input_embeddings()
     parameters = sum(p.numel() for p in model.parameters())
     counts: Counter[str] = Counter()

@@ -16,12 +16,15 @@ Both weight-only kernels' cost grows with the rows: (9, 576) @ (49152, 576)^T ta
 6.5 ms against 1.7 ms at one row, and a 300-row prefill 7-8x fp32's. W8A8 rounds each
 activation row to int8 on its own absmax and multiplies integers (``torch._int_mm``, on
 oneDNN's VNNI / AMX kernels): 2.4 ms at 9 rows, 2.9 at 17, 47 ms at 300 (fp32 113 ms).
-An integer sum is exact in any order, so its rows are independent by construction.
+An integer sum is exact in any order, so its rows are independent by construction, and
+a product of a few rows may run in :mod:`.vnni`'s kernel instead, with the same bits.
 """
 
 from __future__ import annotations
 
 import torch
+
+from . import vnni
 
 ACT_DTYPE = torch.bfloat16  # the kernels' activation (and scale) dtype
 INT4_GROUP = 32  # weights per int4 scale / zero pair (llama.cpp's Q4_1 block)
@@ -34,12 +37,23 @@ def int8_product(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) ->
     return torch.ops.aten._weight_int8pack_mm(x, qweight, scale)
 
 
-def int8_dynamic_product(x: torch.Tensor, qweight: torch.Tensor,
-                         scale: torch.Tensor) -> torch.Tensor:
+def int8_dynamic_product(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
+                         comp: torch.Tensor | None = None) -> torch.Tensor:
     """``x (M, K) @ (qweight (N, K) * scale (N,))^T`` in fp32, with ``x`` rounded to int8
     first: one symmetric scale per row (``absmax / 127``), an exact integer product
     (``torch._int_mm``: oneDNN's VNNI / AMX kernels on a CPU), then both scales. Every
-    step is row-local, so a row's output does not depend on the rows beside it."""
+    step is row-local, so a row's output does not depend on the rows beside it.
+
+    ``comp`` (N,) int32, ``128 * qweight.sum(1)``: given, a CPU product of at most
+    :data:`~.vnni.MAX_ROWS` rows runs in :mod:`.vnni`'s kernel where it is built, with
+    the same bits."""
+    if (comp is not None and x.shape[0] <= vnni.MAX_ROWS and x.device.type == "cpu"
+            and not torch.compiler.is_compiling()):
+        product = vnni.kernel()
+        if product is not None:
+            y = product(x, qweight, scale, comp)
+            if y.numel():  # empty: a row that is not finite, left to the operations below
+                return y
     step = x.abs().amax(dim=1, keepdim=True).div_(127).clamp_(min=1e-12)  # (M, 1)
     q = torch.round(x / step).to(torch.int8)  # |x / step| <= 127
     return torch.mul(torch._int_mm(q, qweight.t()), scale).mul_(step)  # (M, N) fp32

@@ -89,8 +89,15 @@ class Int8DynamicLinear(Int8Linear):
     act_dtype = torch.float32  # rounded to int8 inside the product, row by row
     scale_dtype = torch.float32
 
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> None:
+        super().__init__(qweight, scale, bias)
+        # 128 * row sums, for the unsigned activations of the VNNI kernel (see .vnni)
+        self.register_buffer("comp", 128 * qweight.sum(dim=1, dtype=torch.int32),
+                             persistent=False)
+
     def _product(self, rows: torch.Tensor) -> torch.Tensor:
-        return kernels.int8_dynamic_product(rows, self.qweight, self.scale)
+        return kernels.int8_dynamic_product(rows, self.qweight, self.scale, self.comp)
 
 
 class Int4Linear(QuantizedLinear):
@@ -157,6 +164,9 @@ def fuse(parts: Sequence[QuantizedLinear]) -> QuantizedLinear:
             part.qweight = rows
         for part, scale in zip(parts, fused.scale.split(sizes), strict=True):
             part.scale = scale
+        if isinstance(fused, Int8DynamicLinear):
+            for part, comp in zip(parts, fused.comp.split(sizes), strict=True):
+                part.comp = comp
         return fused
     first = parts[0]
     fused = Int4Linear(first.in_features, sum(sizes), torch.cat([p.packed for p in parts]),
