@@ -12,12 +12,13 @@
 // layer's own (N, K) int8 layout; 16 int32 lanes per (output, row) hold partial sums
 // over K, reduced once at the end.
 
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
 #include <immintrin.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace {
 
@@ -122,36 +123,31 @@ constexpr Outputs BY_ROWS[MAX_ROWS] = {outputs<1>, outputs<2>, outputs<3>, outpu
 
 }  // namespace
 
-// x (M, K) fp32, qweight (N, K) int8, scale (N,) fp32, comp (N,) int32, all contiguous on
-// the CPU. Returns y (M, N) fp32, or an empty tensor when a row is not finite.
-torch::Tensor w8a8_product(const torch::Tensor& x, const torch::Tensor& qweight,
-                           const torch::Tensor& scale, const torch::Tensor& comp) {
-  const int64_t rows = x.size(0), K = x.size(1), N = qweight.size(0);
+constexpr int64_t OUTPUTS = 64;  // outputs per task of the parallel loop
+
+// y (rows, N) fp32 = the product of x (rows, K) fp32 and qweight (N, K) int8 (row-major,
+// contiguous) with scale (N,) and comp (N,); threads: the OpenMP team's size. Returns 0,
+// or 1 (y untouched) when a row holds NaN or infinity.
+extern "C" int ntr_w8a8_product(const float* x, int64_t rows, int64_t K, const int8_t* qweight,
+                                int64_t N, const float* scale, const int32_t* comp, float* y,
+                                int threads) {
   const int64_t Kp = (K + 63) / 64 * 64;
-  auto xu = torch::empty({rows, Kp}, x.options().dtype(torch::kUInt8));
-  auto step = torch::empty({rows}, x.options());
-  if (!quantize_rows(x.data_ptr<float>(), rows, K, Kp, xu.data_ptr<uint8_t>(), step.data_ptr<float>()))
-    return torch::empty({0}, x.options());
-  auto sums = torch::empty({rows, N}, x.options().dtype(torch::kInt32));
-  const uint8_t* xp = xu.data_ptr<uint8_t>();
-  const int8_t* wp = qweight.data_ptr<int8_t>();
-  const int32_t* cp = comp.data_ptr<int32_t>();
-  int32_t* sp = sums.data_ptr<int32_t>();
-  at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+  std::vector<uint8_t> xu(rows * Kp);
+  std::vector<float> step(rows);
+  if (!quantize_rows(x, rows, K, Kp, xu.data(), step.data())) return 1;
+  const int64_t tasks = (N + OUTPUTS - 1) / OUTPUTS;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t n0 = t * OUTPUTS, n1 = std::min(N, n0 + OUTPUTS);
+    int32_t sums[MAX_ROWS * OUTPUTS];
     for (int64_t m0 = 0; m0 < rows; m0 += MAX_ROWS) {
       const int64_t m = std::min<int64_t>(MAX_ROWS, rows - m0);
-      BY_ROWS[m - 1](xp + m0 * Kp, Kp, K, wp, cp, sp + m0 * N, N, n0, n1);
+      BY_ROWS[m - 1](xu.data() + m0 * Kp, Kp, K, qweight + n0 * K, comp + n0, sums, OUTPUTS, 0,
+                     n1 - n0);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t n = n0; n < n1; ++n)
+          y[(m0 + i) * N + n] = (static_cast<float>(sums[i * OUTPUTS + n - n0]) * scale[n]) * step[m0 + i];
     }
-  });
-  auto y = torch::empty({rows, N}, x.options());
-  const float* sc = scale.data_ptr<float>();
-  const float* st = step.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  for (int64_t m = 0; m < rows; ++m)
-    for (int64_t n = 0; n < N; ++n) yp[m * N + n] = (static_cast<float>(sp[m * N + n]) * sc[n]) * st[m];
-  return y;
-}
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("w8a8_product", &w8a8_product, "the w8a8 product of a few rows (AVX512-VNNI)");
+  }
+  return 0;
 }
