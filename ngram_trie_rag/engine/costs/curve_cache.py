@@ -54,13 +54,17 @@ _GUARD = threading.Lock()
 
 def curve_key(model: torch.nn.Module, step: LlamaStep | None) -> tuple:
     """What a curve depends on in the process: the architecture and size, dtype, device,
-    threads, whether forwards run the Llama step, and how the weights are quantized."""
-    from ..quant import quantization_of
+    threads, whether forwards run the Llama step, and how the weights are quantized (w8a8
+    with or without its VNNI kernel, whose cost grows with the rows)."""
+    from ..quant import quantization_of, vnni
 
     cfg = model.config
+    quantization = quantization_of(model)
+    if quantization == "w8a8" and model.device.type == "cpu" and vnni.kernel() is not None:
+        quantization = "w8a8+vnni"
     return (type(model).__name__, cfg.model_type, model.num_parameters(), str(model.dtype),
             str(model.device), torch.get_num_threads(), cfg.num_hidden_layers,
-            cfg.hidden_size, step is not None, quantization_of(model))
+            cfg.hidden_size, step is not None, quantization)
 
 
 def curve_for(model: torch.nn.Module, *, step: LlamaStep | None, packed_gqa: bool,
