@@ -122,3 +122,19 @@ def test_it_compiles_once_into_the_cache(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(vnni, "_KERNEL", [])
     assert vnni.kernel() is not None  # a second process: loaded, not compiled again
     assert built[0].stat().st_mtime_ns == stamp
+
+
+def test_a_damaged_cached_build_is_compiled_again(monkeypatch, tmp_path, caplog) -> None:
+    monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))
+    monkeypatch.setattr(vnni, "_KERNEL", [])
+    monkeypatch.delenv("CXX", raising=False)
+    damaged = vnni.library_path("c++")
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"\x7fELF cut short")  # as a build cut off by a crash would leave it
+    with caplog.at_level("WARNING", logger=vnni.__name__):
+        product = vnni.kernel()
+    assert product is not None and "does not load" in caplog.text
+    layer = _layer(64, 128, seed=6)
+    x = torch.randn(2, 128)
+    assert torch.equal(product(x, layer.qweight, layer.scale, layer.comp),
+                       kernels.int8_dynamic_product(x, layer.qweight, layer.scale))

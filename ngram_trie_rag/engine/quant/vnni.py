@@ -76,15 +76,18 @@ def kernel() -> Product | None:
     return _KERNEL[0]
 
 
+def library_path(compiler: str) -> Path:
+    """Where the kernel built by ``compiler`` is cached: named by the source and flags."""
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((compiler, *FLAGS)).encode())
+    return cache_dir() / "kernels" / f"w8a8_vnni_{key.hexdigest()[:16]}.so"
+
+
 def _build() -> Product | None:
     compiler = os.environ.get("CXX", "c++")
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((compiler, *FLAGS)).encode())
-    path = cache_dir() / "kernels" / f"w8a8_vnni_{key.hexdigest()[:16]}.so"
+    path = library_path(compiler)
     try:
-        if not path.is_file():
-            _compile(compiler, path)
-        function = ctypes.CDLL(str(path)).ntr_w8a8_product
-    except (OSError, subprocess.CalledProcessError) as error:
+        function = _load(compiler, path)
+    except (OSError, subprocess.SubprocessError) as error:
         detail = getattr(error, "stderr", "") or str(error)
         log.warning("the w8a8 VNNI kernel is not available (%s); w8a8 products run through "
                     "torch._int_mm, with the same results, slower at 1-8 rows",
@@ -108,6 +111,19 @@ def _build() -> Product | None:
         return y.new_empty(0) if failed else y
 
     return product
+
+
+def _load(compiler: str, path: Path) -> ctypes._CFuncPtr:
+    """The kernel's function from ``path``, compiled first where there is none, and again
+    where the file there does not load (cut short or damaged)."""
+    if path.is_file():
+        try:
+            return ctypes.CDLL(str(path)).ntr_w8a8_product
+        except OSError as error:
+            log.warning("the cached w8a8 VNNI kernel %s does not load (%s): compiling it "
+                        "again", path, error)
+    _compile(compiler, path)
+    return ctypes.CDLL(str(path)).ntr_w8a8_product
 
 
 def _compile(compiler: str, path: Path) -> None:
