@@ -55,13 +55,18 @@ _GUARD = threading.Lock()
 def curve_key(model: torch.nn.Module, step: LlamaStep | None) -> tuple:
     """What a curve depends on in the process: the architecture and size, dtype, device,
     threads, whether forwards run the Llama step, and how the weights are quantized (w8a8
-    with or without its VNNI kernel, whose cost grows with the rows)."""
+    with or without its VNNI kernel, int8 with bf16 or fp32 activations: each costs its
+    own per row)."""
     from ..quant import quantization_of, vnni
+    from ..quant.apply import SUMMARY
 
     cfg = model.config
     quantization = quantization_of(model)
     if quantization == "w8a8" and model.device.type == "cpu" and vnni.kernel() is not None:
         quantization = "w8a8+vnni"
+    if quantization == "int8" and getattr(model, SUMMARY, {}).get("activations") == str(
+            torch.float32):
+        quantization = "int8+w8a32"
     return (type(model).__name__, cfg.model_type, model.num_parameters(), str(model.dtype),
             str(model.device), torch.get_num_threads(), cfg.num_hidden_layers,
             cfg.hidden_size, step is not None, quantization)

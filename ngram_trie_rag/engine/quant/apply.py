@@ -1,12 +1,15 @@
 """Quantizing a loaded model's weights in place, and refusing what cannot run.
 
 ``quantize_model(model, "int8" | "int4" | "w8a8")`` replaces every ``nn.Linear``
-(lm_head included; GPT-2's ``Conv1D`` too) by :class:`~.linear.Int8Linear` /
+(lm_head included; GPT-2's ``Conv1D`` too) by :class:`~.linear.Int8Linear` (or, for an
+fp32 model on an AVX-512 CPU, :class:`~.linear.Int8Fp32Linear`) /
 :class:`~.linear.Int4Linear` / :class:`~.linear.Int8DynamicLinear` and the input embedding by
 :class:`~.embedding.Int8Embedding`, layer by layer (so the float copy of
 one layer at a time is the peak). The model then holds no float copy of its matrices: a
 tied lm_head gets its own quantized table. Norms, biases and the residual stream keep
-the model's float dtype, and attention runs in fp64 (:mod:`.attention` says why).
+the model's float dtype. Where the products round their rows (to bf16, or to int8 for
+w8a8), attention runs in fp64 (:mod:`.attention` says why); an fp32 model's W8A32
+layers keep fp32 rows, and its attention is the model's own.
 
 An int4 layer whose input width is not a whole number of groups (toy models) takes
 int8; the model's ``ngram_trie_rag_quantization`` summary counts the layers of each kind.
@@ -25,9 +28,17 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from . import attention, kernels, vnni
+from . import attention, kernels, vnni, w8a32
 from .embedding import Int8Embedding
-from .linear import Int4Linear, Int8DynamicLinear, Int8Linear, QuantizedLinear, fusable, fuse
+from .linear import (
+    Int4Linear,
+    Int8DynamicLinear,
+    Int8Fp32Linear,
+    Int8Linear,
+    QuantizedLinear,
+    fusable,
+    fuse,
+)
 from .names import check_scheme
 
 SUMMARY = "ngram_trie_rag_quantization"  # attribute set on a model quantized here
@@ -67,24 +78,26 @@ def quantize_model(model: nn.Module, scheme: str) -> nn.Module:
         raise ValueError(f"the model is already quantized ({quantization_of(model)})")
     if scheme == "w8a8":
         vnni.kernel()  # built (or loaded) now, not inside the first answer
+    activations = _int8_activations(model, scheme, device)
     embedding = model.get_input_embeddings()
     parameters = sum(p.numel() for p in model.parameters())
     counts: Counter[str] = Counter()
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear or type(child) is Conv1D:
-                layer = _quantized_linear(_as_linear(child), scheme)
+                layer = _quantized_linear(_as_linear(child), scheme, activations)
                 setattr(parent, name, layer)
                 counts[layer.scheme] += 1
             elif child is embedding and type(child) is nn.Embedding:
                 setattr(parent, name, Int8Embedding(child))
                 counts["int8 embedding"] += 1
     fused = _fuse_inputs(model)
-    attention.install(model)
+    if activations != torch.float32 or scheme == "w8a8":  # rows rounded: see .attention
+        attention.install(model)
     if hasattr(model.config, "tie_word_embeddings"):
         model.config.tie_word_embeddings = False  # two tables now; never re-tie them
     setattr(model, SUMMARY, {"scheme": scheme, "layers": dict(counts), "fused": fused,
-                             "parameters": parameters})
+                             "parameters": parameters, "activations": str(activations)})
     return model
 
 
@@ -101,11 +114,27 @@ def _as_linear(layer: nn.Module) -> nn.Linear:
     return linear
 
 
-def _quantized_linear(linear: nn.Linear, scheme: str) -> QuantizedLinear:
+def _int8_activations(model: nn.Module, scheme: str, device: torch.device) -> torch.dtype:
+    """The dtype rows enter the int8 weight products in: an fp32 model's own on a CPU where
+    :mod:`.w8a32`'s kernel is built (built now, not inside the first answer), else bf16
+    (aten's weight-only kernels); w8a8 rounds fp32 rows to int8."""
+    if scheme == "w8a8":
+        return torch.float32
+    dtype = getattr(model, "dtype", None) or next(model.parameters()).dtype
+    if (scheme == "int8" and device.type == "cpu" and dtype == torch.float32
+            and w8a32.kernel() is not None):
+        return torch.float32
+    return kernels.ACT_DTYPE
+
+
+def _quantized_linear(linear: nn.Linear, scheme: str,
+                      activations: torch.dtype) -> QuantizedLinear:
     if scheme == "int4" and kernels.int4_fits(linear.in_features):
         return Int4Linear.quantize(linear)
     if scheme == "w8a8":
         return Int8DynamicLinear.quantize(linear)
+    if scheme == "int8" and activations == torch.float32:
+        return Int8Fp32Linear.quantize(linear)
     return Int8Linear.quantize(linear)
 
 

@@ -1,6 +1,10 @@
 """Attention for a quantized model, accumulated in fp64 so every query's output is the
 same whatever else shares its forward.
 
+Installed where a quantized model's products round their rows (bf16 for W8A16 and
+W4A16, int8 for w8a8); an fp32 model's W8A32 layers (:mod:`.w8a32`) keep fp32 rows and
+the model's own attention, as the float model does.
+
 Why: the weight-only kernels take bf16 activations (:mod:`.kernels`). A hidden state
 that differs from ``generate``'s by one fp32 ulp -- as attention over a tree (more
 queries, masked keys between a node's ancestors) gives, where fp32 kernels sum in

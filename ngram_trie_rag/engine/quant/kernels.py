@@ -4,9 +4,10 @@ and in which activation dtype.
 Measured on a 2-core x86 CPU (torch 2.13), ``(rows, 576) @ (49152, 576)^T`` (the default
 model's lm_head): fp32 dense 4.8 ms at one row; ``_weight_int8pack_mm`` 1.9 ms with bf16
 activations but 22 ms with fp32 ones (a scalar fallback); ``_weight_int4pack_mm_for_cpu``
-1.4 ms bf16, 42 ms fp32. So the products take bf16 activations on every device and cast
-back: a model quantized here keeps its float dtype everywhere else (norms, attention,
-the residual stream), and its linear layers are W8A16 / W4A16.
+1.4 ms bf16, 42 ms fp32. So the products take bf16 activations and cast back: a model
+quantized here keeps its float dtype everywhere else (norms, attention, the residual
+stream), and its linear layers are W8A16 / W4A16. The exception is an fp32 model's
+int8 on an AVX-512 CPU, whose rows stay fp32 in :mod:`.w8a32`'s own kernel (W8A32).
 
 Both CPU kernels compute each row of the product independently of the others (checked
 bitwise over 1-17 rows), so a tree verification's rows equal the one-row steps of
@@ -57,6 +58,16 @@ def int8_dynamic_product(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Te
     step = x.abs().amax(dim=1, keepdim=True).div_(127).clamp_(min=1e-12)  # (M, 1)
     q = torch.round(x / step).to(torch.int8)  # |x / step| <= 127
     return torch.mul(torch._int_mm(q, qweight.t()), scale).mul_(step)  # (M, N) fp32
+
+
+def dequantized_product(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
+                        slab: int = 4096) -> torch.Tensor:
+    """``x (M, K) @ (qweight (N, K) * scale (N,))^T`` in ``x``'s dtype, the weights
+    dequantized ``slab`` output rows at a time (at most ``slab * K`` floats held at once)
+    and multiplied by the BLAS's dense product: (M, N)."""
+    parts = [x @ (qweight[n:n + slab].to(x.dtype) * scale[n:n + slab, None]).t()
+             for n in range(0, qweight.shape[0], slab)]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,8 @@ int8: one symmetric scale per output channel (``absmax / 127``). int4: an asymme
 scale and zero per group of ``INT4_GROUP`` inputs (the value range of the group over 15
 steps; llama.cpp's Q4_1 block). Activations enter those kernels in bf16 and the product
 returns in the layer input's dtype (see :mod:`.kernels`); a bias is added in that dtype.
+An fp32 model's int8 layers on an AVX-512 CPU keep fp32 activations instead (W8A32,
+:mod:`.w8a32`).
 w8a8: the int8 weights, and each row of activations rounded to int8 on its own scale;
 an integer product, fp32 out.
 
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from . import kernels
+from . import kernels, w8a32
 
 
 class QuantizedLinear(nn.Module):
@@ -73,6 +75,29 @@ class Int8Linear(QuantizedLinear):
 
     def _product(self, rows: torch.Tensor) -> torch.Tensor:
         return kernels.int8_product(rows, self.qweight, self.scale)
+
+
+class Int8Fp32Linear(Int8Linear):
+    """W8A32: int8 weights (N, K) with one fp32 scale per output channel, fp32 activations:
+    ``x @ (qweight * scale)^T`` summed in fp32, in :mod:`.w8a32`'s kernel (an fp32 model's
+    int8 layers on a CPU where it is built). Each row's output is its output alone,
+    bitwise, for up to :data:`~.w8a32.MAX_ROWS` rows, so every tree verification's rows
+    are ``generate``'s one-row steps; a prompt's longer products multiply by the weights
+    dequantized to fp32 (BLAS's fp32 product, as the float model's prompt). With no
+    rounding of the rows, the model keeps its own fp32 attention (see :mod:`.attention`)."""
+
+    act_dtype = torch.float32
+    scale_dtype = torch.float32
+
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+        if rows.shape[0] > w8a32.MAX_ROWS:
+            return kernels.dequantized_product(rows, self.qweight, self.scale)
+        product = w8a32.kernel()
+        if product is None or rows.device.type != "cpu":
+            raise RuntimeError("this int8 layer takes fp32 activations through the AVX-512 "
+                               "kernel of ngram_trie_rag.engine.quant.w8a32, which this "
+                               "machine or device does not run: quantize the model here")
+        return product(rows, self.qweight, self.scale)
 
 
 class Int8DynamicLinear(Int8Linear):

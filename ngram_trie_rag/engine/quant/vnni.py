@@ -15,12 +15,9 @@ integer sums are exact in any order, so a row's output is bitwise
 :func:`~.kernels.int8_dynamic_product`'s (``tests/test_w8a8_vnni.py``). Which of the
 two runs a product changes its time, never a token.
 
-The C++ (no PyTorch headers, OpenMP for its threads) is compiled by the system's C++
-compiler (``$CXX``, else ``c++``) the first time a model is quantized to w8a8 on a
-machine, in about 2 s, into this package's cache (``kernels/`` under
-``$NGRAM_TRIE_RAG_CACHE``), and loaded with ctypes from there after that. Its OpenMP is
-PyTorch's (the same ``libgomp.so.1``, loaded with torch), its team the size of
-PyTorch's intra-op threads at each call. Where the CPU has no AVX512-VNNI the Python
+It is built the first time a model is quantized to w8a8 on a machine and loaded from
+the cache after that (:mod:`.native`); its OpenMP team is the size of PyTorch's
+intra-op threads at each call. Where the CPU has no AVX512-VNNI the Python
 path runs; where the compiler is missing or fails, a warning names the reason and the
 Python path runs.
 """
@@ -28,20 +25,15 @@ Python path runs.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
-import platform
-import shutil
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from ...util.cache_paths import cache_dir
+from . import native
 
 log = logging.getLogger(__name__)
 
@@ -58,40 +50,28 @@ _KERNEL: list[Product | None] = []  # [] until tried; then [the kernel] or [None
 
 def supported_cpu() -> bool:
     """True on an x86-64 CPU with AVX512-VNNI (the instructions the kernel uses)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    found = torch.cpu.get_capabilities()
-    return all(found.get(flag, False) for flag in ("avx512_f", "avx512_bw", "avx512_vnni"))
+    return native.x86_with("avx512_f", "avx512_bw", "avx512_vnni")
 
 
 def kernel() -> Product | None:
     """The built kernel (``w8a8_product(x, qweight, scale, comp)``), or None where the
     CPU lacks AVX512-VNNI or the build failed (warned once). Builds on the first call
     in a process that finds no cached build; thread-safe."""
-    if _KERNEL:
-        return _KERNEL[0]
-    with _LOCK:
-        if not _KERNEL:
-            _KERNEL.append(_build() if supported_cpu() else None)
-    return _KERNEL[0]
+    return native.once(_KERNEL, _LOCK, lambda: _build() if supported_cpu() else None)
 
 
 def library_path(compiler: str) -> Path:
     """Where the kernel built by ``compiler`` is cached: named by the source and flags."""
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((compiler, *FLAGS)).encode())
-    return cache_dir() / "kernels" / f"w8a8_vnni_{key.hexdigest()[:16]}.so"
+    return native.library_path(SOURCE, FLAGS, compiler)
 
 
 def _build() -> Product | None:
-    compiler = os.environ.get("CXX", "c++")
-    path = library_path(compiler)
     try:
-        function = _load(compiler, path)
+        function = native.load(SOURCE, FLAGS, "ntr_w8a8_product", log)
     except (OSError, subprocess.SubprocessError) as error:
-        detail = getattr(error, "stderr", "") or str(error)
         log.warning("the w8a8 VNNI kernel is not available (%s); w8a8 products run through "
                     "torch._int_mm, with the same results, slower at 1-8 rows",
-                    detail.strip().splitlines()[-1] if detail.strip() else type(error).__name__)
+                    native.why(error))
         return None
     function.restype = ctypes.c_int
     function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
@@ -111,30 +91,3 @@ def _build() -> Product | None:
         return y.new_empty(0) if failed else y
 
     return product
-
-
-def _load(compiler: str, path: Path) -> ctypes._CFuncPtr:
-    """The kernel's function from ``path``, compiled first where there is none, and again
-    where the file there does not load (cut short or damaged)."""
-    if path.is_file():
-        try:
-            return ctypes.CDLL(str(path)).ntr_w8a8_product
-        except OSError as error:
-            log.warning("the cached w8a8 VNNI kernel %s does not load (%s): compiling it "
-                        "again", path, error)
-    _compile(compiler, path)
-    return ctypes.CDLL(str(path)).ntr_w8a8_product
-
-
-def _compile(compiler: str, path: Path) -> None:
-    """Compile :data:`SOURCE` to ``path``: into a temporary file beside it, then renamed,
-    so a process that finds ``path`` finds it whole."""
-    if shutil.which(compiler) is None:
-        raise OSError(f"no C++ compiler {compiler!r} on PATH (set CXX to one)")
-    log.info("compiling the w8a8 VNNI kernel into %s (once per machine)", path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        built = Path(tmp) / path.name
-        subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE)], check=True,
-                       capture_output=True, text=True, timeout=300)
-        os.replace(built, path)
