@@ -4,9 +4,10 @@ Why: a decode step multiplies 1 to 8 rows by every int8 matrix of the model. The
 ``torch._int_mm`` (oneDNN) costs about as much at 1 row as at 9, and the activations'
 rounding around it is eight more tensor operations per layer. :file:`w8a8_vnni.cpp`
 does both in one call (``vpdpbusd`` over the layer's own (N, K) int8 weights, no
-copy). The 121 products a step of the default model runs, 2 threads of a Xeon with
-AVX512-VNNI: 9 ms at one row, 15.5 ms at five, 22.6 ms at eight, against 22-26 ms
-through the Python path at 1 to 8 rows. From about ten rows oneDNN is the faster
+copy), prefetching the weights two blocks ahead. The 121 products a step of the
+default model runs, 2 threads of a Xeon with AVX512-VNNI: 6.4 ms at one row, 10.7 ms at
+four, 12.6 ms at eight (7.5, 12.5 and 17.5 without the prefetch, same run), against
+22-26 ms through the Python path at 1 to 8 rows. From about ten rows oneDNN is the faster
 (its cost hardly grows with the rows), so products of more than :data:`MAX_ROWS` rows,
 a prompt's included, stay there.
 

@@ -13,7 +13,6 @@
 // over K, reduced once at the end.
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +22,7 @@
 namespace {
 
 constexpr int MAX_ROWS = 8;  // rows per block of accumulators (registers)
+constexpr int AHEAD = 2;     // blocks of outputs prefetched ahead
 
 // Rows of x as uint8 (q + 128), K padded to a multiple of 64 with 128 (q = 0), and
 // their steps. False when a row holds NaN or infinity (the caller computes those in
@@ -72,6 +72,9 @@ inline void block(const uint8_t* __restrict xu, int64_t Kp, int64_t K,
     for (int m = 0; m < M; ++m) xv[m] = _mm512_loadu_si512(xu + m * Kp + c * 64);
 #pragma GCC unroll 16
     for (int b = 0; b < NB; ++b) {
+      // the weights two blocks on: without it the loop waits on memory (the default
+      // model's step 7.7 against 6.3 ms at one row, 18.1 against 13.4 at eight)
+      _mm_prefetch(reinterpret_cast<const char*>(w + (AHEAD * NB + b) * K + c * 64), _MM_HINT_T0);
       const __m512i wv = _mm512_loadu_si512(w + b * K + c * 64);
 #pragma GCC unroll 16
       for (int m = 0; m < M; ++m) acc[b][m] = _mm512_dpbusd_epi32(acc[b][m], xv[m], wv);
@@ -106,18 +109,18 @@ inline void block(const uint8_t* __restrict xu, int64_t Kp, int64_t K,
   }
 }
 
-// Outputs n0 .. n1 - 1 of M rows; more outputs per block where fewer rows leave registers.
+// ``count`` outputs of M rows; more outputs per block where fewer rows leave registers.
 template <int M>
 void outputs(const uint8_t* xu, int64_t Kp, int64_t K, const int8_t* w, const int32_t* comp,
-             int32_t* out, int64_t ldo, int64_t n0, int64_t n1) {
+             int32_t* out, int64_t ldo, int64_t count) {
   constexpr int NB = M <= 2 ? 8 : (M <= 5 ? 4 : 2);
-  int64_t n = n0;
-  for (; n + NB <= n1; n += NB) block<M, NB>(xu, Kp, K, w + n * K, comp + n, out + n, ldo);
-  for (; n < n1; ++n) block<M, 1>(xu, Kp, K, w + n * K, comp + n, out + n, ldo);
+  int64_t n = 0;
+  for (; n + NB <= count; n += NB) block<M, NB>(xu, Kp, K, w + n * K, comp + n, out + n, ldo);
+  for (; n < count; ++n) block<M, 1>(xu, Kp, K, w + n * K, comp + n, out + n, ldo);
 }
 
 using Outputs = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, const int32_t*,
-                         int32_t*, int64_t, int64_t, int64_t);
+                         int32_t*, int64_t, int64_t);
 constexpr Outputs BY_ROWS[MAX_ROWS] = {outputs<1>, outputs<2>, outputs<3>, outputs<4>,
                                        outputs<5>, outputs<6>, outputs<7>, outputs<8>};
 
@@ -142,7 +145,7 @@ extern "C" int ntr_w8a8_product(const float* x, int64_t rows, int64_t K, const i
     int32_t sums[MAX_ROWS * OUTPUTS];
     for (int64_t m0 = 0; m0 < rows; m0 += MAX_ROWS) {
       const int64_t m = std::min<int64_t>(MAX_ROWS, rows - m0);
-      BY_ROWS[m - 1](xu.data() + m0 * Kp, Kp, K, qweight + n0 * K, comp + n0, sums, OUTPUTS, 0,
+      BY_ROWS[m - 1](xu.data() + m0 * Kp, Kp, K, qweight + n0 * K, comp + n0, sums, OUTPUTS,
                      n1 - n0);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t n = n0; n < n1; ++n)
