@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from ngram_trie_rag.engine import static_engine
 from ngram_trie_rag.engine.costs.curve_cache import curve_key
 from ngram_trie_rag.engine.quant import attention, quantize_model, w8a32
 from ngram_trie_rag.engine.quant.apply import SUMMARY
@@ -60,6 +61,17 @@ def test_a_prompts_longer_products_take_the_dense_fp32_product(product) -> None:
     assert torch.allclose(dense, product(x, layer.qweight, layer.scale), rtol=1e-5, atol=1e-5)
     few = x[:w8a32.MAX_ROWS]
     assert torch.equal(layer(few), product(few, layer.qweight, layer.scale))
+
+
+@pytest.mark.skipif(static_engine.cpp_compiler() is None,
+                    reason="torch.compile on a CPU needs a C++ compiler")
+def test_a_compiled_graph_keeps_the_kernel_whole() -> None:
+    """Under torch.compile (fullgraph) the layer runs the kernel as one operator, with
+    the eager layer's bits."""
+    layer = _layer(96, 80, seed=4)
+    x = torch.randn(3, 80)
+    compiled = torch.compile(layer, fullgraph=True, dynamic=False)
+    assert torch.equal(compiled(x), layer(x))
 
 
 def test_threads_do_not_change_the_bits(product) -> None:

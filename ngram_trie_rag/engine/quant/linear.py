@@ -92,6 +92,8 @@ class Int8Fp32Linear(Int8Linear):
     def _product(self, rows: torch.Tensor) -> torch.Tensor:
         if rows.shape[0] > w8a32.MAX_ROWS:
             return kernels.dequantized_product(rows, self.qweight, self.scale)
+        if torch.compiler.is_compiling():
+            return w8a32.traced_product(rows, self.qweight, self.scale)
         product = w8a32.kernel()
         if product is None or rows.device.type != "cpu":
             raise RuntimeError("this int8 layer takes fp32 activations through the AVX-512 "

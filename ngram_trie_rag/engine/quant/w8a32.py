@@ -89,3 +89,19 @@ def _build() -> Product | None:
         return y
 
     return product
+
+
+@torch.library.custom_op("ngram_trie_rag::w8a32_product", mutates_args=())
+def traced_product(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The kernel as an operator ``torch.compile`` keeps whole in its graph (a ctypes call
+    would break the graph): the same bits. Eager forwards call the kernel directly, which
+    saves the operator's dispatch."""
+    product = kernel()
+    if product is None:
+        raise RuntimeError("the int8 fp32-activation kernel is not built on this machine")
+    return product(x.contiguous(), qweight.contiguous(), scale.contiguous())
+
+
+@traced_product.register_fake
+def _(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((x.shape[0], qweight.shape[0]))
