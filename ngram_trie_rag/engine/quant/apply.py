@@ -78,7 +78,7 @@ def quantize_model(model: nn.Module, scheme: str) -> nn.Module:
         raise ValueError(f"the model is already quantized ({quantization_of(model)})")
     if scheme == "w8a8":
         vnni.kernel()  # built (or loaded) now, not inside the first answer
-    activations = _int8_activations(model, scheme, device)
+    activations = _activations(model, scheme, device)
     embedding = model.get_input_embeddings()
     parameters = sum(p.numel() for p in model.parameters())
     counts: Counter[str] = Counter()
@@ -92,7 +92,7 @@ def quantize_model(model: nn.Module, scheme: str) -> nn.Module:
                 setattr(parent, name, Int8Embedding(child))
                 counts["int8 embedding"] += 1
     fused = _fuse_inputs(model)
-    if activations != torch.float32 or scheme == "w8a8":  # rows rounded: see .attention
+    if activations != torch.float32:  # rows rounded (bf16, int8): see .attention
         attention.install(model)
     if hasattr(model.config, "tie_word_embeddings"):
         model.config.tie_word_embeddings = False  # two tables now; never re-tie them
@@ -114,12 +114,12 @@ def _as_linear(layer: nn.Module) -> nn.Linear:
     return linear
 
 
-def _int8_activations(model: nn.Module, scheme: str, device: torch.device) -> torch.dtype:
-    """The dtype rows enter the int8 weight products in: an fp32 model's own on a CPU where
-    :mod:`.w8a32`'s kernel is built (built now, not inside the first answer), else bf16
-    (aten's weight-only kernels); w8a8 rounds fp32 rows to int8."""
+def _activations(model: nn.Module, scheme: str, device: torch.device) -> torch.dtype:
+    """The dtype rows enter the weight products in: int8 for w8a8 (each row rounded);
+    for int8, an fp32 model's own on a CPU where :mod:`.w8a32`'s kernel is built (built
+    now, not inside the first answer); else bf16 (aten's weight-only kernels)."""
     if scheme == "w8a8":
-        return torch.float32
+        return torch.int8
     dtype = getattr(model, "dtype", None) or next(model.parameters()).dtype
     if (scheme == "int8" and device.type == "cpu" and dtype == torch.float32
             and w8a32.kernel() is not None):

@@ -63,11 +63,6 @@ def kernel() -> Product | None:
     return native.once(_KERNEL, _LOCK, lambda: _build() if supported_cpu() else None)
 
 
-def library_path(compiler: str) -> Path:
-    """Where the kernel built by ``compiler`` is cached: named by the source and flags."""
-    return native.library_path(SOURCE, FLAGS, compiler)
-
-
 def _build() -> Product | None:
     try:
         function = native.load(SOURCE, FLAGS, "ntr_w8a32_product", log)
