@@ -52,7 +52,7 @@ def named(scope: str) -> dict:
     return {"metadata": {SCOPE_KEY: scope}}
 
 
-def test_a_retrievers_second_call_drafts_from_the_first_and_answers_do_not_change(
+def test_a_retrievers_second_call_drafts_from_the_first_and_answers_do_not_change(held_before,
         store_retriever, fmt, rag_prompt, recorder, hagrid):
     first_q, second_q = hagrid[1][:2]
     llm = ChatNGramTrie(max_tokens=TOKENS)
@@ -74,11 +74,12 @@ def test_a_retrievers_second_call_drafts_from_the_first_and_answers_do_not_chang
     assert spec(recorder.by_question[second_q])["store_answers"] == 0
     assert spec(recorder.by_question[second_q])["answer_scope"] is None
     assert len(off.answer_scopes) == 0
-    assert document_registry().size == 0
+    assert document_registry().size == held_before
 
 
 def test_answers_never_cross_to_another_retriever(store_retriever, faiss_lc_retriever, fmt,
-                                                  rag_prompt, recorder, hagrid):
+                                                  rag_prompt, recorder, hagrid,
+                                                  held_before):
     first_q, second_q, third_q = hagrid[1][2:5]
     llm = ChatNGramTrie(max_tokens=TOKENS)
     rag_chain(store_retriever, fmt, rag_prompt, llm).invoke(
@@ -91,7 +92,7 @@ def test_answers_never_cross_to_another_retriever(store_retriever, faiss_lc_retr
     assert three["store_answers"] == 1  # its own earlier answer only
     assert two["answer_scope"] == three["answer_scope"] != one["answer_scope"]
     assert two["answer_scope"].startswith("index:VectorIndex#")
-    assert document_registry().size == 0
+    assert document_registry().size == held_before
 
 
 def test_the_companion_retriever_is_scoped_by_its_index(faiss_retriever, hagrid):
@@ -108,7 +109,8 @@ def test_the_companion_retriever_is_scoped_by_its_index(faiss_retriever, hagrid)
 
 
 def test_a_pinned_store_shares_answers_across_retrievers(store_retriever, faiss_lc_retriever,
-                                                         fmt, rag_prompt, recorder, hagrid):
+                                                         fmt, rag_prompt, recorder, hagrid,
+                                                         held_before):
     first_q, second_q = hagrid[1][5:7]
     shared = AnswerStore()
     llm = ChatNGramTrie(max_tokens=TOKENS, answer_store=shared)
@@ -119,10 +121,10 @@ def test_a_pinned_store_shares_answers_across_retrievers(store_retriever, faiss_
     two = spec(recorder.by_question[second_q])
     assert two["store_answers"] == 1 and two["answer_scope"] == "shared"
     assert len(shared) == 2 and len(llm.answer_scopes) == 0
-    assert document_registry().size == 0
+    assert document_registry().size == held_before
 
 
-def test_a_named_scope_and_calls_without_a_scope():
+def test_a_named_scope_and_calls_without_a_scope(held_before):
     llm = ChatNGramTrie(max_tokens=SHORT)
     bare = [llm.invoke(COLORS) for _ in range(2)]
     assert [spec(m.response_metadata)["answer_scope"] for m in bare] == [None, None]
@@ -140,16 +142,16 @@ def test_a_named_scope_and_calls_without_a_scope():
     assert spec(last.response_metadata)["store_answers"] == 2
     bound = llm.with_config(metadata={SCOPE_KEY: "colors"})
     assert spec(list(bound.stream(ANIMALS))[-1].response_metadata)["store_answers"] == 2
-    assert document_registry().size == 0
+    assert document_registry().size == held_before
 
 
-def test_the_completion_model_keeps_answers_too():
+def test_the_completion_model_keeps_answers_too(held_before):
     llm = NGramTrieLLM(max_tokens=SHORT)
     result = llm.generate([COLORS, ANIMALS], metadata={SCOPE_KEY: "lists"})
     counts = [g[0].generation_info["speculative"]["store_answers"] for g in result.generations]
     assert counts == [0, 1]  # one call, two prompts: the second drafts from the first
     assert llm.answer_scopes.scopes() == ["lists"]
-    assert document_registry().size == 0
+    assert document_registry().size == held_before
 
 
 def test_scopes_are_bounded_least_recently_used_first():
@@ -165,7 +167,7 @@ def test_scopes_are_bounded_least_recently_used_first():
     assert llm.answer_scopes.get("c").max_tokens == 100
 
 
-async def test_concurrent_calls_of_different_scopes_stay_apart(gen):
+async def test_concurrent_calls_of_different_scopes_stay_apart(held_before, gen):
     llm = ChatNGramTrie(max_tokens=SHORT)
     calls = [("red", COLORS), ("red", "Name three fruits."),
              ("blue", ANIMALS), ("blue", "Name three rivers.")]
@@ -176,7 +178,7 @@ async def test_concurrent_calls_of_different_scopes_stay_apart(gen):
                 for a in llm.answer_scopes.get(scope).answers()}
         own = {m.content for (s, _), m in zip(calls, messages, strict=True) if s == scope}
         assert held == own
-    assert document_registry().size == 0
+    assert document_registry().size == held_before
 
 
 def test_a_seeded_sample_skips_its_scope():
@@ -202,7 +204,7 @@ def test_bad_answer_settings_fail_clearly(cls, settings, error, message):
         cls(**settings)
 
 
-def test_a_bad_scope_name_fails_clearly_and_vllm_keeps_no_answers():
+def test_a_bad_scope_name_fails_clearly_and_vllm_keeps_no_answers(held_before):
     llm = ChatNGramTrie(max_tokens=SHORT)
     with pytest.raises(TypeError, match=r"metadata\['ngram_trie_scope'\] must be a string"):
         llm.invoke(COLORS, config=named(42))  # type: ignore[arg-type]
@@ -211,4 +213,4 @@ def test_a_bad_scope_name_fails_clearly_and_vllm_keeps_no_answers():
     server = ChatNGramTrie(base_url=URL, model="m")  # the default: silently unused
     call = make_call(server, COLORS, None, {}, (None, None))
     assert call.request.options.answer_store is None and call.draft.answer_scope is None
-    assert document_registry().size == 0
+    assert document_registry().size == held_before

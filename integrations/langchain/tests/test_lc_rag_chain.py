@@ -46,14 +46,6 @@ def reference(retriever, fmt, rag_prompt, plain_greedy_chat):
     return answer
 
 
-@pytest.fixture
-def held_before() -> int:
-    """Registry entries held before the test: files sharing a test worker may have left
-    some (a stream abandoned before its chain ended); each test checks its own calls
-    leave none."""
-    return document_registry().size
-
-
 def retrieved_ids(retriever, question: str) -> list[str]:
     return [d.id for d in retriever.invoke(question)]
 
