@@ -125,8 +125,9 @@ def test_an_fp32_model_takes_it_and_a_bf16_model_does_not() -> None:
     assert getattr(bf16, SUMMARY)["activations"] == "torch.bfloat16"
     # each prices its own steps: the latency curves are kept apart
     assert curve_key(fp32, None)[-1] == "int8+w8a32" and curve_key(bf16, None)[-1] == "int8"
-    # rows not rounded: the fp32 model keeps its own attention, the bf16 one takes fp64's
-    assert not attention.installed(fp32) and attention.installed(bf16)
+    # the fp32 model attends row-wise in fp32 (test_rowwise_attention.py), the bf16 one
+    # in fp64
+    assert attention.rowwise(fp32) and attention.reads_fp64(bf16)
 
 
 def test_a_missing_compiler_warns_and_leaves_bf16_activations(monkeypatch, caplog,

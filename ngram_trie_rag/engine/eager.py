@@ -60,7 +60,7 @@ class EagerEngine(CurveVerbs):
         self._rope_limit = rope_limit(model)  # dynamic / longrope RoPE: depth limits
         self.packed_gqa = gqa_attention.applies(model)  # CPU + SDPA + GQA: no repeat_kv
         # a quantized model's attention reads fp64: its cache holds fp64 (exact widening)
-        self.fp64_cache = quant_attention.installed(model)
+        self.fp64_cache = quant_attention.reads_fp64(model)
         # Steps without module dispatch where the structure allows; None: the modules.
         direct = direct_step and llama_step.applies(model)
         self.step = llama_step.for_model(model) if direct else None

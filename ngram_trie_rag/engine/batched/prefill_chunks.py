@@ -6,7 +6,8 @@ Each chunk is the model's own forward over the next ``chunk`` prompt tokens afte
 cached so far (a ``DynamicCache``, positions continuing), which is what ``generate`` would
 compute for those positions; in fp32 the keys and values round as in the last bits of a
 differently sized product (as a tree's verification rows do), and where the products are
-row-independent (the quantized kernels, fp64 attention) they are bitwise the same.
+row-independent (the quantized kernels, a quantized model's attention) they are the same
+(bitwise with the row-wise attention kernel).
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ class _ForwardTimer:
                             int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
         self.gen = torch.Generator().manual_seed(0)
         prefix = self._random(self.past_len)
-        self.cache = new_cache(quant_attention.installed(model))
+        self.cache = new_cache(quant_attention.reads_fp64(model))
         with torch.inference_mode():
             model(input_ids=prefix, **cache_kwargs(model, self.cache), use_cache=True,
                   logits_to_keep=1)

@@ -11,7 +11,8 @@ calls per forward.
 Nothing is re-derived: RMSNorm upcasts to fp32 as ``LlamaRMSNorm`` does, RoPE is
 rotate-half with the model's own rotary embedding (so scaled RoPE variants come
 along), keys and values go through the cache's ``update``, and attention is SDPA as
-:mod:`ngram_trie_rag.engine.cpu.gqa_attention` runs it. The operations run in the modules' order
+:mod:`ngram_trie_rag.engine.cpu.gqa_attention` runs it (a quantized model's own:
+:mod:`ngram_trie_rag.engine.quant.attention`). The operations run in the modules' order
 on the modules' weights (no copies), so the logits are bitwise those of the module
 forward (``tests/test_llama_step.py``) in every variant the generator uses: either
 linear layout, packed or stock single-query attention, tree masks.
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 
 from ..protocol import Layout
 from ..quant import attention as quant_attention
+from ..quant import rowwise_attention
 from ..quant.embedding import Int8Embedding
 from ..quant.linear import QuantizedLinear
 from . import gqa_attention
@@ -134,7 +136,9 @@ class LlamaStep:
         self.embed = embed if isinstance(embed, Int8Embedding) else embed.weight
         self.norm = (base.norm.weight, base.norm.variance_epsilon)
         self.quantized = isinstance(model.lm_head, QuantizedLinear)  # all layers, or none
-        self.fp64_attention = quant_attention.installed(model)
+        # a quantized model's attention (see quant.attention): row-wise fp32, or fp64
+        self.rowwise = quant_attention.rowwise(model)
+        self.fp64_attention = quant_attention.installed(model) and not self.rowwise
         self.head = _matrix(model.lm_head)  # (V, d)
         self.heads = cfg.num_attention_heads
         self.kv_heads = cfg.num_key_value_heads or self.heads
@@ -210,7 +214,10 @@ class LlamaStep:
         h = embed(input_ids) if isinstance(embed, Int8Embedding) else F.embedding(input_ids, embed)
         cos, sin = self.rotary(h, position_ids)  # (B, Q, D) each
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        tiled = gqa_attention.tiled_mask(mask, groups) if mask is not None and groups > 1 else mask
+        tiled = (gqa_attention.tiled_mask(mask, groups)
+                 if mask is not None and groups > 1 and not self.rowwise else mask)
+        allowed = (rowwise_attention.allowed_keys(mask, b, q_len, mask.shape[-1])
+                   if self.rowwise and mask is not None else None)  # (B, Q, S) uint8
         for i, w in enumerate(layers):
             dim, scale = w.head_dim, w.scaling
             x = _rms_norm(h, w.input_norm, w.input_eps)
@@ -224,18 +231,11 @@ class LlamaStep:
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             k, v = cache.update(k, v, i)  # (B, H_kv, S, D): the committed prefix + these
-            if self.fp64_attention:  # a quantized model's (see quant.attention)
-                a = quant_attention.attend(q, k, v, mask, scale)
-            elif groups == 1:
-                a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-            elif mask is not None or packed:  # query heads sharing a KV head, packed
-                a = F.scaled_dot_product_attention(
-                    q.reshape(b, self.kv_heads, groups * q_len, dim), k, v, attn_mask=tiled,
-                    scale=scale)
+            if self.rowwise:  # (B, Q, H, D), each row alone
+                a = rowwise_attention.attend(q, k, v, allowed, False, scale)
+                h = h + linear(a.view(b, q_len, -1), w.o_proj)
             else:
-                a = F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
-            a = a.view(b, self.heads, q_len, dim).transpose(1, 2).reshape(b, q_len, -1)
-            h = h + linear(a, w.o_proj)
+                h = h + linear(self._attention(q, k, v, mask, tiled, scale, packed), w.o_proj)
             x = _rms_norm(h, w.post_norm, w.post_eps)
             if w.gate_up is not None:
                 gate, up = w.gate_up(x).chunk(2, dim=-1)
@@ -244,6 +244,25 @@ class LlamaStep:
             h = h + linear(F.silu(gate) * up, w.down_proj)
         h = _rms_norm(h, *self.norm)
         return linear(h, head)  # (B, Q, V)
+
+    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   mask: torch.Tensor | None, tiled: torch.Tensor | None, scale: float,
+                   packed: bool) -> torch.Tensor:
+        """SDPA (fp64 for a quantized model without the row-wise kernel) of q (B, H, Q, D)
+        over k, v (B, H_kv, S, D): (B, Q, H * D)."""
+        b, heads, q_len, dim = q.shape
+        groups = heads // self.kv_heads
+        if self.fp64_attention:  # a quantized model's (see quant.attention)
+            a = quant_attention.attend(q, k, v, mask, scale)
+        elif groups == 1:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        elif mask is not None or packed:  # query heads sharing a KV head, packed
+            a = F.scaled_dot_product_attention(
+                q.reshape(b, self.kv_heads, groups * q_len, dim), k, v, attn_mask=tiled,
+                scale=scale)
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+        return a.view(b, heads, q_len, dim).transpose(1, 2).reshape(b, q_len, -1)
 
 
 def _matrix(linear: torch.nn.Module) -> Matrix:

@@ -7,9 +7,10 @@ fp32 model on an AVX-512 CPU, :class:`~.linear.Int8Fp32Linear`) /
 :class:`~.embedding.Int8Embedding`, layer by layer (so the float copy of
 one layer at a time is the peak). The model then holds no float copy of its matrices: a
 tied lm_head gets its own quantized table. Norms, biases and the residual stream keep
-the model's float dtype. Where the products round their rows (to bf16, or to int8 for
-w8a8), attention runs in fp64 (:mod:`.attention` says why); an fp32 model's W8A32
-layers keep fp32 rows, and its attention is the model's own.
+the model's float dtype. Attention is :mod:`.attention`'s: each row alone, in fp32
+on an AVX-512 CPU, else in fp64 where the products round their rows (to bf16, or to
+int8 for w8a8); an fp32 model's W8A32 layers without the row-wise kernel keep the
+model's own. The summary's ``"attention"`` says which (``rowwise``, ``fp64``, ``model``).
 
 An int4 layer whose input width is not a whole number of groups (toy models) takes
 int8; the model's ``ngram_trie_rag_quantization`` summary counts the layers of each kind.
@@ -28,7 +29,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from . import attention, kernels, vnni, w8a32
+from . import attention, kernels, rowwise_attention, vnni, w8a32
 from .embedding import Int8Embedding
 from .linear import (
     Int4Linear,
@@ -92,13 +93,32 @@ def quantize_model(model: nn.Module, scheme: str) -> nn.Module:
                 setattr(parent, name, Int8Embedding(child))
                 counts["int8 embedding"] += 1
     fused = _fuse_inputs(model)
-    if activations != torch.float32:  # rows rounded (bf16, int8): see .attention
-        attention.install(model)
+    if activations != torch.float32 or rowwise_attention.applies(
+            model.dtype, device, _head_dim(model), _softcap(model)):
+        attention.install(model)  # rows rounded (bf16, int8), or row-wise: see .attention
     if hasattr(model.config, "tie_word_embeddings"):
         model.config.tie_word_embeddings = False  # two tables now; never re-tie them
     setattr(model, SUMMARY, {"scheme": scheme, "layers": dict(counts), "fused": fused,
-                             "parameters": parameters, "activations": str(activations)})
+                             "parameters": parameters, "activations": str(activations),
+                             "attention": _attention_kind(model)})
     return model
+
+
+def _head_dim(model: nn.Module) -> int:
+    text = model.config.get_text_config()
+    return getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+
+
+def _softcap(model: nn.Module) -> float | None:
+    return getattr(model.config.get_text_config(), "attn_logit_softcapping", None)
+
+
+def _attention_kind(model: nn.Module) -> str:
+    """How the quantized model attends: ``"rowwise"`` (fp32, each row alone), ``"fp64"``,
+    or ``"model"`` (its own)."""
+    if attention.rowwise(model):
+        return "rowwise"
+    return "fp64" if attention.installed(model) else "model"
 
 
 def _as_linear(layer: nn.Module) -> nn.Linear:

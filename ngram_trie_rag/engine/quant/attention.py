@@ -1,27 +1,34 @@
-"""Attention for a quantized model, accumulated in fp64 so every query's output is the
-same whatever else shares its forward.
+"""Attention for a quantized model, computed so every query's output is the same
+whatever else shares its forward: row by row in fp32 (:mod:`.rowwise_attention`) where
+that kernel runs (an fp32 model on an AVX-512 CPU), else accumulated in fp64.
 
-Installed where a quantized model's products round their rows (bf16 for W8A16 and
-W4A16, int8 for w8a8); an fp32 model's W8A32 layers (:mod:`.w8a32`) keep fp32 rows and
-the model's own attention, as the float model does.
+Installed on every quantized model where the row-wise kernel runs, and wherever the
+products round their rows (bf16 for W8A16 and W4A16, int8 for w8a8). An fp32 model's
+W8A32 layers (:mod:`.w8a32`) where the row-wise kernel does not run (softcapped scores,
+a failed build) keep the model's own attention, as the float model does: their rows are
+not rounded, so a last-bit difference stays one.
 
 Why: the weight-only kernels take bf16 activations (:mod:`.kernels`). A hidden state
 that differs from ``generate``'s by one fp32 ulp -- as attention over a tree (more
-queries, masked keys between a node's ancestors) gives, where fp32 kernels sum in
-another order -- can round to another bf16 value at the next product, and the change
-grows from there; 2 of 3 Spec-Bench RAG answers of the int8 default model left its own
-``generate`` within 128 tokens with fp32 attention. Every other operation of the step
-is row-wise (the kernels compute each row alone, bitwise; norms, RoPE, the MLP), so
-attention is the one place rows meet. Computed in fp64 and rounded once to fp32, its
-output is the exact value rounded, unless that value lies within ~1e-16 of a rounding
-boundary: the summation order no longer shows, and a node's output equals the one
-``generate`` computes for that position.
+queries, masked keys between a node's ancestors) gives, where SDPA sums in another
+order -- can round to another bf16 value at the next product, and the change grows
+from there; 2 of 3 Spec-Bench RAG answers of the int8 default model left its own
+``generate`` within 128 tokens with fp32 SDPA. Every other operation of the step is
+row-wise (the kernels compute each row alone, bitwise; norms, RoPE, the MLP), so
+attention is the one place rows meet.
 
-The model points its ``_attn_implementation`` at this function, so ``generate``, the
-modules and the engines' own steps all run it: the model is one model, decoded one way.
-The cost is fp64 products over the cache (about 2x fp32's on a CPU). SDPA computes it,
-except where the scores are softcapped (Gemma-2), which SDPA cannot do: that is written
-out as ``eager`` attention does.
+- Row-wise fp32: each row is summed in one fixed order over the keys it sees, so a
+  node's output is bitwise ``generate``'s for that position; cheaper than SDPA's fp32
+  kernel at a step's rows, and 4-7x cheaper than fp64.
+- fp64 (a bf16 model, no AVX-512, softcapped scores, a GPU): computed in fp64 and
+  rounded once to fp32, the output is the exact value rounded, unless that value lies
+  within ~1e-16 of a rounding boundary, so the summation order no longer shows. SDPA
+  computes it, except where the scores are softcapped (Gemma-2), which SDPA cannot do:
+  that is written out as ``eager`` attention does.
+
+The model points its ``_attn_implementation`` at :func:`quantized_attention`, so
+``generate``, the modules and the engines' own steps all run the same one: the model is
+one model, decoded one way.
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-NAME = "ngram_trie_rag_fp64"
+from . import rowwise_attention
+
+NAME = "ngram_trie_rag_quantized"
 _INSTALL = threading.Lock()
 
 
@@ -85,26 +94,50 @@ def _softcapped(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return out.view(b, heads, q_len, dim).to(query.dtype)
 
 
-def fp64_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
-                   value: torch.Tensor, attention_mask: torch.Tensor | None,
-                   dropout: float = 0.0, scaling: float | None = None,
-                   is_causal: bool | None = None, softcap: float | None = None,
-                   **kwargs) -> tuple[torch.Tensor, None]:
+def quantized_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                        value: torch.Tensor, attention_mask: torch.Tensor | None,
+                        dropout: float = 0.0, scaling: float | None = None,
+                        is_causal: bool | None = None, softcap: float | None = None,
+                        **kwargs) -> tuple[torch.Tensor, None]:
     """A Transformers attention function (inference only; what ``sdpa`` and ``eager``
     take, softcapping included): returns (B, Q, H, D)."""
     if kwargs.get("position_bias") is not None or kwargs.get("s_aux") is not None:
-        raise ValueError("the fp64 attention of a quantized model takes no position bias "
+        raise ValueError("the attention of a quantized model takes no position bias "
                          "or attention sinks")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(causal and attention_mask is None and query.shape[2] > 1)
-    out = attend(query, key, value, attention_mask, scaling, causal, softcap)
+    b, _, q_len, dim = query.shape
+    scale = scaling if scaling is not None else dim ** -0.5
+    if key.dtype == torch.float32 and rowwise_attention.applies(
+            query.dtype, query.device, dim, softcap):
+        allowed = rowwise_attention.allowed_keys(attention_mask, b, q_len, key.shape[2])
+        return rowwise_attention.attend(query, key, value, allowed, causal, scale), None
+    out = attend(query, key, value, attention_mask, scale, causal, softcap)
     return out.transpose(1, 2).contiguous(), None
 
 
+def rowwise(model: torch.nn.Module) -> bool:
+    """True where the model's installed attention is the row-wise fp32 kernel (decided
+    by the model's dtype, device, head size and softcapping, so every call agrees)."""
+    if not installed(model):
+        return False
+    text = model.config.get_text_config()
+    dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    return rowwise_attention.applies(next(model.parameters()).dtype, model.device, dim,
+                                     getattr(text, "attn_logit_softcapping", None))
+
+
+def reads_fp64(model: torch.nn.Module) -> bool:
+    """True where the model attends in fp64: an engine's cache then holds fp64 keys and
+    values (widened once per row, not per step)."""
+    return installed(model) and not rowwise(model)
+
+
 def install(model: torch.nn.Module) -> None:
-    """Point the model's attention at :func:`fp64_attention` (masks built as for SDPA)."""
+    """Point the model's attention at :func:`quantized_attention` (masks built as for
+    SDPA)."""
     with _INSTALL:
-        AttentionInterface.register(NAME, fp64_attention)
+        AttentionInterface.register(NAME, quantized_attention)
         AttentionMaskInterface.register(NAME, sdpa_mask)
     text = model.config.get_text_config()
     for config in {id(model.config): model.config, id(text): text}.values():

@@ -1,6 +1,7 @@
 """Building this package's C++ kernels once per machine and loading them with ctypes.
 
-A kernel is one C++ file with no PyTorch headers (OpenMP for its threads). The system's
+A kernel is one C++ file with no PyTorch headers (OpenMP for its threads), which may
+include the headers beside it. The system's
 C++ compiler (``$CXX``, else ``c++``) builds it the first time a process needs it, in
 about 2 s, into this package's cache (``kernels/`` under ``$NGRAM_TRIE_RAG_CACHE``),
 named by a hash of the source, the compiler and the flags; later processes load that
@@ -56,8 +57,11 @@ def compiler() -> str:
 
 
 def library_path(source: Path, flags: tuple[str, ...], compiler: str) -> Path:
-    """Where ``source`` built by ``compiler`` with ``flags`` is cached."""
-    key = hashlib.sha256(source.read_bytes() + " ".join((compiler, *flags)).encode())
+    """Where ``source`` built by ``compiler`` with ``flags`` is cached: named by them and
+    by the headers beside it (``lanes.h``), so a changed header builds anew."""
+    headers = b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))
+    key = hashlib.sha256(source.read_bytes() + headers
+                         + " ".join((compiler, *flags)).encode())
     return cache_dir() / "kernels" / f"{source.stem}_{key.hexdigest()[:16]}.so"
 
 
