@@ -383,9 +383,9 @@ def test_one_host_sync_per_greedy_tree_step(capsys) -> None:
 
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
 def test_quantized_greedy_equals_its_own_generate(scheme: str) -> None:
-    """Weight-only int8 / int4 on the device's kernels (bf16 activations into them, fp32
-    elsewhere, attention in fp64): the trie and the chain give the quantized model's own
-    ``generate`` tokens."""
+    """Weight-only int8 / int4 on the device's kernels (bf16 activations into them on a
+    GPU, fp32 elsewhere; attention in fp64 on a GPU, row-wise on an AVX-512 CPU): the
+    trie and the chain give the quantized model's own ``generate`` tokens."""
     _fp32_means_fp32()
     gen = SpeculativeGenerator.from_pretrained(MODEL, device=DEVICE, dtype="float32",
                                                quantization=scheme)

@@ -123,7 +123,7 @@ def rowwise(model: torch.nn.Module) -> bool:
         return False
     text = model.config.get_text_config()
     dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    return rowwise_attention.applies(next(model.parameters()).dtype, model.device, dim,
+    return rowwise_attention.applies(model.dtype, model.device, dim,
                                      getattr(text, "attn_logit_softcapping", None))
 
 
