@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from ngram_trie_rag.engine.quant import attention, quantize_model, rowwise_attention
+from ngram_trie_rag.engine.quant import attention, quantize_model, rowwise_attention, w4a32, w8a32
 from ngram_trie_rag.engine.quant.apply import SUMMARY
 
 if rowwise_attention.kernel() is None:
@@ -162,17 +162,24 @@ def test_quantized_fp32_models_attend_row_wise_and_others_in_fp64() -> None:
         assert getattr(model, SUMMARY)["attention"] == "rowwise"
     bf16 = quantize_model(_family("llama-rope-llama3").to(torch.bfloat16), "int8")
     assert attention.reads_fp64(bf16) and getattr(bf16, SUMMARY)["attention"] == "fp64"
-    # softcapped scores (Gemma-2) are not the kernel's: fp64 where the rows are rounded,
-    # else (W8A32's fp32 rows) the model's own attention
-    gemma = quantize_model(_family("gemma2"), "int4")
+    # softcapped scores (Gemma-2) are not the kernel's: fp64 where the rows are rounded
+    # (w8a8), else (W8A32's and W4A32's fp32 rows) the model's own attention
+    gemma = quantize_model(_family("gemma2"), "w8a8")
     assert attention.reads_fp64(gemma) and getattr(gemma, SUMMARY)["attention"] == "fp64"
-    gemma = quantize_model(_family("gemma2"), "int8")
-    assert not attention.installed(gemma) and getattr(gemma, SUMMARY)["attention"] == "model"
+    for scheme in ("int8", "int4"):
+        gemma = quantize_model(_family("gemma2"), scheme)
+        assert not attention.installed(gemma), scheme
+        assert getattr(gemma, SUMMARY)["attention"] == "model"
 
 
-def test_without_the_kernel_a_quantized_model_attends_in_fp64(monkeypatch, tmp_path) -> None:
+def test_without_the_kernel_rounded_rows_attend_in_fp64(monkeypatch, tmp_path) -> None:
+    for products in (w4a32, w8a32):  # built here first, so the layers keep fp32 rows
+        monkeypatch.setattr(products, "_KERNEL", [products.kernel()])
     monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))  # nothing built there yet
     monkeypatch.setenv("CXX", "no-such-c++")
     monkeypatch.setattr(rowwise_attention, "_KERNEL", [])
-    model = quantize_model(_family("llama-rope-llama3"), "int4")
+    model = quantize_model(_family("llama-rope-llama3"), "w8a8")
     assert getattr(model, SUMMARY)["attention"] == "fp64" and attention.reads_fp64(model)
+    # fp32 rows (the W8A32 / W4A32 kernels, built before): the model's own attention
+    model = quantize_model(_family("llama-rope-llama3"), "int4")
+    assert getattr(model, SUMMARY)["attention"] == "model" and not attention.installed(model)

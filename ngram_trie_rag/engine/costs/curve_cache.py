@@ -55,8 +55,8 @@ _GUARD = threading.Lock()
 def curve_key(model: torch.nn.Module, step: LlamaStep | None) -> tuple:
     """What a curve depends on in the process: the architecture and size, dtype, device,
     threads, whether forwards run the Llama step, and how the weights are quantized (w8a8
-    with or without its VNNI kernel, int8 with bf16 or fp32 activations: each costs its
-    own per row)."""
+    with or without its VNNI kernel, int8 / int4 with bf16 or fp32 activations, row-wise
+    or fp64 attention: each costs its own per row)."""
     from ..quant import quantization_of, vnni
     from ..quant.apply import SUMMARY
 
@@ -64,9 +64,11 @@ def curve_key(model: torch.nn.Module, step: LlamaStep | None) -> tuple:
     quantization = quantization_of(model)
     if quantization == "w8a8" and model.device.type == "cpu" and vnni.kernel() is not None:
         quantization = "w8a8+vnni"
-    if quantization == "int8" and getattr(model, SUMMARY, {}).get("activations") == str(
-            torch.float32):
-        quantization = "int8+w8a32"
+    summary = getattr(model, SUMMARY, {})
+    if quantization in ("int8", "int4") and summary.get("activations") == str(torch.float32):
+        quantization += "+w8a32" if quantization == "int8" else "+w4a32"
+    if summary.get("attention") == "rowwise":
+        quantization += "+rowwise"
     return (type(model).__name__, cfg.model_type, model.num_parameters(), str(model.dtype),
             str(model.device), torch.get_num_threads(), cfg.num_hidden_layers,
             cfg.hidden_size, step is not None, quantization)

@@ -1,9 +1,10 @@
 """Quantizing a loaded model's weights in place, and refusing what cannot run.
 
 ``quantize_model(model, "int8" | "int4" | "w8a8")`` replaces every ``nn.Linear``
-(lm_head included; GPT-2's ``Conv1D`` too) by :class:`~.linear.Int8Linear` (or, for an
-fp32 model on an AVX-512 CPU, :class:`~.linear.Int8Fp32Linear`) /
-:class:`~.linear.Int4Linear` / :class:`~.linear.Int8DynamicLinear` and the input embedding by
+(lm_head included; GPT-2's ``Conv1D`` too) by :class:`~.linear.Int8Linear` /
+:class:`~.linear.Int4Linear` (or, for an fp32 model on an AVX-512 CPU,
+:class:`~.linear.Int8Fp32Linear` / :class:`~.linear.Int4Fp32Linear`) /
+:class:`~.linear.Int8DynamicLinear` and the input embedding by
 :class:`~.embedding.Int8Embedding`, layer by layer (so the float copy of
 one layer at a time is the peak). The model then holds no float copy of its matrices: a
 tied lm_head gets its own quantized table. Norms, biases and the residual stream keep
@@ -29,9 +30,10 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from . import attention, kernels, rowwise_attention, vnni, w8a32
+from . import attention, kernels, rowwise_attention, vnni, w4a32, w8a32
 from .embedding import Int8Embedding
 from .linear import (
+    Int4Fp32Linear,
     Int4Linear,
     Int8DynamicLinear,
     Int8Fp32Linear,
@@ -136,26 +138,26 @@ def _as_linear(layer: nn.Module) -> nn.Linear:
 
 def _activations(model: nn.Module, scheme: str, device: torch.device) -> torch.dtype:
     """The dtype rows enter the weight products in: int8 for w8a8 (each row rounded);
-    for int8, an fp32 model's own on a CPU where :mod:`.w8a32`'s kernel is built (built
-    now, not inside the first answer); else bf16 (aten's weight-only kernels)."""
+    for int8 and int4, an fp32 model's own on a CPU where :mod:`.w8a32`'s (and for int4
+    :mod:`.w4a32`'s, whose narrow layers take int8) kernels are built (built now, not
+    inside the first answer); else bf16 (aten's weight-only kernels)."""
     if scheme == "w8a8":
         return torch.int8
     dtype = getattr(model, "dtype", None) or next(model.parameters()).dtype
-    if (scheme == "int8" and device.type == "cpu" and dtype == torch.float32
-            and w8a32.kernel() is not None):
+    if (device.type == "cpu" and dtype == torch.float32 and w8a32.kernel() is not None
+            and (scheme == "int8" or w4a32.kernel() is not None)):
         return torch.float32
     return kernels.ACT_DTYPE
 
 
 def _quantized_linear(linear: nn.Linear, scheme: str,
                       activations: torch.dtype) -> QuantizedLinear:
+    fp32_rows = activations == torch.float32
     if scheme == "int4" and kernels.int4_fits(linear.in_features):
-        return Int4Linear.quantize(linear)
+        return Int4Fp32Linear.quantize(linear) if fp32_rows else Int4Linear.quantize(linear)
     if scheme == "w8a8":
         return Int8DynamicLinear.quantize(linear)
-    if scheme == "int8" and activations == torch.float32:
-        return Int8Fp32Linear.quantize(linear)
-    return Int8Linear.quantize(linear)
+    return Int8Fp32Linear.quantize(linear) if fp32_rows else Int8Linear.quantize(linear)
 
 
 def _fuse_inputs(model: nn.Module) -> int:

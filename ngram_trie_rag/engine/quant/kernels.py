@@ -7,7 +7,8 @@ activations but 22 ms with fp32 ones (a scalar fallback); ``_weight_int4pack_mm_
 1.4 ms bf16, 42 ms fp32. So the products take bf16 activations and cast back: a model
 quantized here keeps its float dtype everywhere else (norms, attention, the residual
 stream), and its linear layers are W8A16 / W4A16. The exception is an fp32 model's
-int8 on an AVX-512 CPU, whose rows stay fp32 in :mod:`.w8a32`'s own kernel (W8A32).
+int8 and int4 on an AVX-512 CPU, whose rows stay fp32 in this package's own kernels
+(W8A32, :mod:`.w8a32`; W4A32, :mod:`.w4a32`).
 
 Both CPU kernels compute each row of the product independently of the others (checked
 bitwise over 1-17 rows), so a tree verification's rows equal the one-row steps of

@@ -1,9 +1,13 @@
 // Shared by this package's AVX-512 kernels: adding up the 16 lanes of a vector in one
-// fixed order, so a sum's bits depend on its own lanes only.
+// fixed order, so a sum's bits depend on its own lanes only; and the parallel loop of a
+// weight-only product.
 
 #pragma once
 
 #include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
 
 // The lane sums of a, b, c, d as [sum a, sum b, sum c, sum d]; each sum's order depends
 // on its own lanes only, so reduce4(a, 0, 0, 0)[0] is bitwise reduce4(a, b, c, d)[0].
@@ -19,3 +23,19 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
 }
 
+
+// The parallel loop of a product of ``rows`` rows by N outputs: tasks of ``outputs``
+// outputs each (split statically over ``threads``), each task taking the rows in blocks
+// of at most ``max_rows``: block(first row, rows in the block, first output, outputs).
+// Which thread computes an output never changes its sum.
+template <class Block>
+inline void for_blocks(int64_t rows, int64_t N, int64_t outputs, int64_t max_rows,
+                       int threads, Block block) {
+  const int64_t tasks = (N + outputs - 1) / outputs;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t n0 = t * outputs, count = std::min(N, n0 + outputs) - n0;
+    for (int64_t m0 = 0; m0 < rows; m0 += max_rows)
+      block(m0, std::min(max_rows, rows - m0), n0, count);
+  }
+}

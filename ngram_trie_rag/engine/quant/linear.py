@@ -4,8 +4,8 @@ int8: one symmetric scale per output channel (``absmax / 127``). int4: an asymme
 scale and zero per group of ``INT4_GROUP`` inputs (the value range of the group over 15
 steps; llama.cpp's Q4_1 block). Activations enter those kernels in bf16 and the product
 returns in the layer input's dtype (see :mod:`.kernels`); a bias is added in that dtype.
-An fp32 model's int8 layers on an AVX-512 CPU keep fp32 activations instead (W8A32,
-:mod:`.w8a32`).
+An fp32 model's int8 and int4 layers on an AVX-512 CPU keep fp32 activations instead
+(W8A32, :mod:`.w8a32`; W4A32, :mod:`.w4a32`, with an fp32 scale and offset per group).
 w8a8: the int8 weights, and each row of activations rounded to int8 on its own scale;
 an integer product, fp32 out.
 
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from . import kernels, w8a32
+from . import kernels, w4a32, w8a32
 
 
 class QuantizedLinear(nn.Module):
@@ -163,6 +163,46 @@ class Int4Linear(QuantizedLinear):
         return kernels.int4_product(rows, self.packed, self.group, self.scales_and_zeros)
 
 
+class Int4Fp32Linear(QuantizedLinear):
+    """W4A32: 4-bit weights with an fp32 scale and offset per group of 32 inputs
+    (llama.cpp's Q4_1: ``w = q * s + b``, q in 0..15) and fp32 activations, in
+    :mod:`.w4a32`'s kernel (an fp32 model's int4 layers on a CPU where it is built). Each
+    row's output is its output alone, bitwise, for up to :data:`~.w4a32.MAX_ROWS` rows;
+    a prompt's longer products multiply by the same weights dequantized to fp32."""
+
+    scheme = "int4"
+    act_dtype = torch.float32
+
+    def __init__(self, qweight: torch.Tensor, pairs: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> None:
+        super().__init__(qweight.shape[1] * 2, qweight.shape[0], bias)
+        self.register_buffer("qweight", qweight)  # (N, K / 2) uint8, w4a32.pack's layout
+        self.register_buffer("pairs", pairs)  # (N, K / 32, 2) fp32: (s, b) per group
+
+    @classmethod
+    def quantize(cls, linear: nn.Linear) -> Int4Fp32Linear:
+        w = linear.weight.detach().float().contiguous()  # (N, K)
+        n, k = w.shape
+        groups = w.reshape(n, k // w4a32.GROUP, w4a32.GROUP)
+        low, high = groups.amin(dim=2), groups.amax(dim=2)  # (N, K / 32)
+        scale = ((high - low) / 15).clamp(min=1e-6)
+        q = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15)
+        pairs = torch.stack([scale, low], dim=-1).contiguous()
+        return cls(w4a32.pack(q.reshape(n, k)), pairs, _bias(linear))
+
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+        if rows.shape[0] > w4a32.MAX_ROWS:
+            return w4a32.dequantized_product(rows, self.qweight, self.pairs)
+        if torch.compiler.is_compiling():
+            return w4a32.traced_product(rows, self.qweight, self.pairs)
+        product = w4a32.kernel()
+        if product is None or rows.device.type != "cpu":
+            raise RuntimeError("this int4 layer takes fp32 activations through the AVX-512 "
+                               "kernel of ngram_trie_rag.engine.quant.w4a32, which this "
+                               "machine or device does not run: quantize the model here")
+        return product(rows, self.qweight, self.pairs)
+
+
 def _bias(linear: nn.Linear) -> torch.Tensor | None:
     return None if linear.bias is None else linear.bias.detach().clone()
 
@@ -171,7 +211,7 @@ def fusable(parts: Sequence[nn.Module]) -> bool:
     """True when ``parts`` can run as one product: quantized alike, bias-free, the same
     input width, and (int4) no padded rows."""
     first = parts[0]
-    return (isinstance(first, Int8Linear | Int4Linear)
+    return (isinstance(first, Int8Linear | Int4Linear | Int4Fp32Linear)
             and all(type(p) is type(first) and p.bias is None
                     and p.in_features == first.in_features for p in parts)
             and (not isinstance(first, Int4Linear)
@@ -184,6 +224,13 @@ def fuse(parts: Sequence[QuantizedLinear]) -> QuantizedLinear:
     parts are rebound to views of its weights (their scales are small copies: the int4
     kernel reads a strided scale tensor as if it were contiguous)."""
     sizes = [p.out_features for p in parts]
+    if isinstance(parts[0], Int4Fp32Linear):  # whole rows per output: stacked as they are
+        fused4 = Int4Fp32Linear(torch.cat([p.qweight for p in parts]),
+                                torch.cat([p.pairs for p in parts]))
+        for part, rows, pairs in zip(parts, fused4.qweight.split(sizes),
+                                     fused4.pairs.split(sizes), strict=True):
+            part.qweight, part.pairs = rows, pairs
+        return fused4
     if isinstance(parts[0], Int8Linear):  # and its W8A8 kind
         fused: QuantizedLinear = type(parts[0])(torch.cat([p.qweight for p in parts]),
                                                 torch.cat([p.scale for p in parts]))

@@ -113,13 +113,9 @@ constexpr int64_t OUTPUTS = 64;  // outputs per task of the parallel loop
 extern "C" void ntr_w8a32_product(const float* x, int64_t rows, int64_t K,
                                   const int8_t* qweight, int64_t N, const float* scale,
                                   float* y, int threads) {
-  const int64_t tasks = (N + OUTPUTS - 1) / OUTPUTS;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t n0 = t * OUTPUTS, count = std::min(N, n0 + OUTPUTS) - n0;
-    for (int64_t m0 = 0; m0 < rows; m0 += MAX_ROWS) {
-      const int64_t m = std::min<int64_t>(MAX_ROWS, rows - m0);
-      BY_ROWS[m - 1](x + m0 * K, K, qweight + n0 * K, scale + n0, y + m0 * N + n0, N, count);
-    }
-  }
+  for_blocks(rows, N, OUTPUTS, MAX_ROWS, threads,
+             [&](int64_t m0, int64_t m, int64_t n0, int64_t count) {
+               BY_ROWS[m - 1](x + m0 * K, K, qweight + n0 * K, scale + n0, y + m0 * N + n0,
+                              N, count);
+             });
 }
