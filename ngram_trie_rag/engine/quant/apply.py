@@ -10,8 +10,9 @@ one layer at a time is the peak). The model then holds no float copy of its matr
 tied lm_head gets its own quantized table. Norms, biases and the residual stream keep
 the model's float dtype. Attention is :mod:`.attention`'s: each row alone, in fp32
 on an AVX-512 CPU, else in fp64 where the products round their rows (to bf16, or to
-int8 for w8a8); an fp32 model's W8A32 layers without the row-wise kernel keep the
-model's own. The summary's ``"attention"`` says which (``rowwise``, ``fp64``, ``model``).
+int8 for w8a8); an fp32 model's W8A32 / W4A32 layers where the row-wise kernel does
+not run keep the model's own. The summary's ``"attention"`` says which (``rowwise``,
+``fp64``, ``model``).
 
 An int4 layer whose input width is not a whole number of groups (toy models) takes
 int8; the model's ``ngram_trie_rag_quantization`` summary counts the layers of each kind.
@@ -30,7 +31,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from . import attention, kernels, rowwise_attention, vnni, w4a32, w8a32
+from . import attention, kernels, vnni, w4a32, w8a32
 from .embedding import Int8Embedding
 from .linear import (
     Int4Fp32Linear,
@@ -95,8 +96,7 @@ def quantize_model(model: nn.Module, scheme: str) -> nn.Module:
                 setattr(parent, name, Int8Embedding(child))
                 counts["int8 embedding"] += 1
     fused = _fuse_inputs(model)
-    if activations != torch.float32 or rowwise_attention.applies(
-            model.dtype, device, _head_dim(model), _softcap(model)):
+    if activations != torch.float32 or attention.rowwise_fits(model):
         attention.install(model)  # rows rounded (bf16, int8), or row-wise: see .attention
     if hasattr(model.config, "tie_word_embeddings"):
         model.config.tie_word_embeddings = False  # two tables now; never re-tie them
@@ -104,15 +104,6 @@ def quantize_model(model: nn.Module, scheme: str) -> nn.Module:
                              "parameters": parameters, "activations": str(activations),
                              "attention": _attention_kind(model)})
     return model
-
-
-def _head_dim(model: nn.Module) -> int:
-    text = model.config.get_text_config()
-    return getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-
-
-def _softcap(model: nn.Module) -> float | None:
-    return getattr(model.config.get_text_config(), "attn_logit_softcapping", None)
 
 
 def _attention_kind(model: nn.Module) -> str:

@@ -4,9 +4,9 @@ that kernel runs (an fp32 model on an AVX-512 CPU), else accumulated in fp64.
 
 Installed on every quantized model where the row-wise kernel runs, and wherever the
 products round their rows (bf16 for W8A16 and W4A16, int8 for w8a8). An fp32 model's
-W8A32 layers (:mod:`.w8a32`) where the row-wise kernel does not run (softcapped scores,
-a failed build) keep the model's own attention, as the float model does: their rows are
-not rounded, so a last-bit difference stays one.
+W8A32 / W4A32 layers (:mod:`.w8a32`, :mod:`.w4a32`) where the row-wise kernel does not
+run (softcapped scores, a failed build) keep the model's own attention, as the float
+model does: their rows are not rounded, so a last-bit difference stays one.
 
 Why: the weight-only kernels take bf16 activations (:mod:`.kernels`). A hidden state
 that differs from ``generate``'s by one fp32 ulp -- as attention over a tree (more
@@ -116,15 +116,18 @@ def quantized_attention(module: torch.nn.Module, query: torch.Tensor, key: torch
     return out.transpose(1, 2).contiguous(), None
 
 
-def rowwise(model: torch.nn.Module) -> bool:
-    """True where the model's installed attention is the row-wise fp32 kernel (decided
-    by the model's dtype, device, head size and softcapping, so every call agrees)."""
-    if not installed(model):
-        return False
+def rowwise_fits(model: torch.nn.Module) -> bool:
+    """True where the row-wise fp32 kernel can be the model's attention: decided by the
+    model's dtype, device, head size and softcapping, so every call agrees."""
     text = model.config.get_text_config()
     dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     return rowwise_attention.applies(model.dtype, model.device, dim,
                                      getattr(text, "attn_logit_softcapping", None))
+
+
+def rowwise(model: torch.nn.Module) -> bool:
+    """True where the model's installed attention is the row-wise fp32 kernel."""
+    return installed(model) and rowwise_fits(model)
 
 
 def reads_fp64(model: torch.nn.Module) -> bool:
