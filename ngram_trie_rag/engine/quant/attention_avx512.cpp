@@ -4,18 +4,17 @@
 //   s_j = (q . k_j) * scale,  p_j = exp(s_j - max s),  out = (sum_j p_j v_j) / sum_j p_j
 //
 // over the keys a row may see, taken in increasing key index (a mask's True entries, or
-// keys 0 .. i for row i of a causal prompt, as SDPA's ``is_causal`` aligns them). So a tree node's row, which sees the
-// prefix and its ancestors, is bitwise the row ``generate`` computes for the same
-// position, which sees the same keys contiguously: the masked keys between a node's
-// ancestors are skipped, never added as zeros in another order. Rows, heads, batch
-// entries and threads never meet.
+// keys 0 .. i for row i of a causal prompt, as SDPA's ``is_causal`` aligns them). So a
+// tree node's row, which sees the prefix and its ancestors, is bitwise the row
+// ``generate`` computes for the same position, which sees the same keys contiguously:
+// the masked keys between a node's ancestors are skipped, never added as zeros in
+// another order. Rows, heads, batch entries and threads never meet.
 //
 // The orders: a dot product is 16 lanes of fused multiply-adds over the head dimension
 // (lane i: d = i, i + 16, ...; a missing tail is +0 * 0), then the lanes added as one
 // tree (reduce4); exp is one polynomial per element; the sum of the p_j is 16 lanes by
 // the key's place in the row's list, then the tree; the output is p_j v_j added into
-// the head dimension's lanes, even and odd list places apart and in list order, then
-// the two added and divided by the sum.
+// the head dimension's lanes in list order, then multiplied by 1 / the sum.
 
 #include <immintrin.h>
 
