@@ -17,6 +17,7 @@ the same bits; the parts keep views of the stacked weights, so nothing is stored
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -92,14 +93,7 @@ class Int8Fp32Linear(Int8Linear):
     def _product(self, rows: torch.Tensor) -> torch.Tensor:
         if rows.shape[0] > w8a32.MAX_ROWS:
             return kernels.dequantized_product(rows, self.qweight, self.scale)
-        if torch.compiler.is_compiling():
-            return w8a32.traced_product(rows, self.qweight, self.scale)
-        product = w8a32.kernel()
-        if product is None or rows.device.type != "cpu":
-            raise RuntimeError("this int8 layer takes fp32 activations through the AVX-512 "
-                               "kernel of ngram_trie_rag.engine.quant.w8a32, which this "
-                               "machine or device does not run: quantize the model here")
-        return product(rows, self.qweight, self.scale)
+        return _fp32_rows(w8a32, rows, self.qweight, self.scale)
 
 
 class Int8DynamicLinear(Int8Linear):
@@ -193,14 +187,22 @@ class Int4Fp32Linear(QuantizedLinear):
     def _product(self, rows: torch.Tensor) -> torch.Tensor:
         if rows.shape[0] > w4a32.MAX_ROWS:
             return w4a32.dequantized_product(rows, self.qweight, self.pairs)
-        if torch.compiler.is_compiling():
-            return w4a32.traced_product(rows, self.qweight, self.pairs)
-        product = w4a32.kernel()
-        if product is None or rows.device.type != "cpu":
-            raise RuntimeError("this int4 layer takes fp32 activations through the AVX-512 "
-                               "kernel of ngram_trie_rag.engine.quant.w4a32, which this "
-                               "machine or device does not run: quantize the model here")
-        return product(rows, self.qweight, self.pairs)
+        return _fp32_rows(w4a32, rows, self.qweight, self.pairs)
+
+
+def _fp32_rows(kernels_of: ModuleType, rows: torch.Tensor, weights: torch.Tensor,
+               scales: torch.Tensor) -> torch.Tensor:
+    """A W8A32 / W4A32 product of at most ``MAX_ROWS`` rows in the kernel of
+    ``kernels_of`` (:mod:`.w8a32` or :mod:`.w4a32`): its custom operator under
+    ``torch.compile``, else the ctypes call (which saves the operator's dispatch)."""
+    if torch.compiler.is_compiling():
+        return kernels_of.traced_product(rows, weights, scales)
+    product = kernels_of.kernel()
+    if product is None or rows.device.type != "cpu":
+        raise RuntimeError(f"this layer takes fp32 activations through the AVX-512 kernel "
+                           f"of {kernels_of.__name__}, which this machine or device does "
+                           "not run: quantize the model here")
+    return product(rows, weights, scales)
 
 
 def _bias(linear: nn.Linear) -> torch.Tensor | None:

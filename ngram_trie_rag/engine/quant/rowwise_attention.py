@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from . import native
+from . import native, w8a32
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,8 @@ _KERNEL: list[Attend | None] = []  # [] until tried; then [the kernel] or [None]
 def kernel() -> Attend | None:
     """The built kernel (``attend(query, key, value, allowed, causal, scale)``), or None
     where the CPU lacks AVX-512 or the build failed (warned once); thread-safe."""
-    return native.once(_KERNEL, _LOCK, lambda: _build()
-                       if native.x86_with("avx512_f", "avx512_bw", "avx512_vl") else None)
+    return native.once(_KERNEL, _LOCK,
+                       lambda: _build() if w8a32.supported_cpu() else None)
 
 
 def applies(dtype: torch.dtype, device: torch.device, head_dim: int,

@@ -20,7 +20,6 @@ W4A16 as before.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import subprocess
 import threading
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from . import native
+from . import native, w8a32
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +47,8 @@ _KERNEL: list[Product | None] = []  # [] until tried; then [the kernel] or [None
 def kernel() -> Product | None:
     """The built kernel (``product(x, qweight, pairs)``), or None where the CPU lacks
     AVX-512 or the build failed (warned once); thread-safe."""
-    return native.once(_KERNEL, _LOCK, lambda: _build()
-                       if native.x86_with("avx512_f", "avx512_bw", "avx512_vl") else None)
+    return native.once(_KERNEL, _LOCK,
+                       lambda: _build() if w8a32.supported_cpu() else None)
 
 
 def _build() -> Product | None:
@@ -59,20 +58,7 @@ def _build() -> Product | None:
         log.warning("the int4 fp32-activation kernel is not available (%s); int4 layers "
                     "take bf16 activations (W4A16) instead", native.why(error))
         return None
-    function.restype = None
-    function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                         ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-
-    def product(x: torch.Tensor, qweight: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
-        """x (M, K) fp32, qweight (N, K / 2) uint8, pairs (N, K / 32, 2) fp32, all
-        contiguous on the CPU: y (M, N) fp32."""
-        rows, n = x.shape[0], qweight.shape[0]
-        y = x.new_empty((rows, n))
-        function(x.data_ptr(), rows, x.shape[1], qweight.data_ptr(), n, pairs.data_ptr(),
-                 y.data_ptr(), torch.get_num_threads())
-        return y
-
-    return product
+    return native.weight_product(function)  # product(x, qweight, pairs)
 
 
 def pack(q: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,6 @@ fails, a warning names the reason and they are W8A16 too.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import subprocess
 import threading
@@ -70,20 +69,7 @@ def _build() -> Product | None:
         log.warning("the int8 fp32-activation kernel is not available (%s); int8 layers "
                     "take bf16 activations (W8A16) instead", native.why(error))
         return None
-    function.restype = None
-    function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                         ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-
-    def product(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        """x (M, K) fp32, qweight (N, K) int8, scale (N,) fp32, all contiguous on the
-        CPU: y (M, N) fp32."""
-        rows, n = x.shape[0], qweight.shape[0]
-        y = x.new_empty((rows, n))
-        function(x.data_ptr(), rows, x.shape[1], qweight.data_ptr(), n, scale.data_ptr(),
-                 y.data_ptr(), torch.get_num_threads())
-        return y
-
-    return product
+    return native.weight_product(function)  # product(x, qweight, scale)
 
 
 @torch.library.custom_op("ngram_trie_rag::w8a32_product", mutates_args=())
