@@ -231,10 +231,10 @@ def test_serve_local_command_answers_and_stops_on_ctrl_c(tmp_path: Path) -> None
 
 
 # ---- bench-serve ------------------------------------------------------------------------------
-# fp32 on Spec-Bench RAG (drafts from the prompt) at 1 and 2 users; w8a8 on HAGRID (drafts
+# fp32 on Spec-Bench RAG (drafts from the prompt) at 1 and 2 users; int4 on HAGRID (drafts
 # from each request's documents) at 2
 @pytest.mark.parametrize(("quantization", "data", "users"), [
-    (None, "spec_bench/rag.jsonl", (1, 2)), ("w8a8", "hagrid/hagrid.jsonl", (2,))])
+    (None, "spec_bench/rag.jsonl", (1, 2)), ("int4", "hagrid/hagrid.jsonl", (2,))])
 def test_bench_serve_runs_the_local_methods(quantization: str | None, data: str,
                                              users: tuple[int, ...]) -> None:
     from ngram_trie_rag.bench.serve import run_bench_serve, table

@@ -30,6 +30,7 @@ from ngram_trie_rag.engine.cpu import llama_step
 from ngram_trie_rag.engine.quant import (
     SCHEMES,
     check_scheme,
+    fused_layer,
     model_bytes,
     quantization_of,
     quantize_model,
@@ -153,6 +154,10 @@ def test_memory_and_what_the_model_says_it_is(quantized) -> None:
     summary = getattr(quantized.model, SUMMARY)
     assert summary["parameters"] == sum(p.numel() for p in fp32.parameters())
     assert summary["layers"][scheme] == 211 and summary["fused"] == 60  # 30 layers x 2
+    # int8 / int4 of an fp32 model on an AVX-512 CPU: every decoder layer in two C++ calls
+    fused = scheme != "w8a8" and summary["activations"] == "torch.float32" \
+        and fused_layer.kernel() is not None
+    assert summary["fused_layers"] == (30 if fused else 0)
     assert quantization_of(fp32) is None
     # nothing float is left of the matrices: lm_head and the embedding are separate tables
     assert not any(type(m) is nn.Linear for m in quantized.model.modules())

@@ -22,7 +22,10 @@ the modules. :func:`applies` checks the structure it relies on and anything else
 another architecture, biases, hooked layers, weights quantized by another library
 (tensor subclasses), another attention implementation, a GPU (where this has not been
 measured) -- runs the modules. Layers quantized by :mod:`ngram_trie_rag.engine.quant`
-run here, called as they are (stock layout only: the other layouts pack float weights).
+run here, called as they are (stock layout only: the other layouts pack float weights);
+where the model's layers are fused (:mod:`ngram_trie_rag.engine.quant.fused_layer`), a
+layer is those two C++ calls around the cache update and row-wise attention, as the
+layers' own forward runs them.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ import torch.nn.functional as F
 
 from ..protocol import Layout
 from ..quant import attention as quant_attention
-from ..quant import rowwise_attention
+from ..quant import fused_layer, rowwise_attention
 from ..quant.embedding import Int8Embedding
+from ..quant.fused_layer import FusedLayer
 from ..quant.linear import QuantizedLinear
 from . import gqa_attention
 from .linear_layout import dense, prepacked, prepacked_product, transposed_product
@@ -67,6 +71,7 @@ class LayerWeights(NamedTuple):
     down_proj: Matrix
     qkv: QuantizedLinear | None = None  # q/k/v stacked (a quantized model's), else None
     gate_up: QuantizedLinear | None = None  # gate/up stacked, likewise
+    fused: FusedLayer | None = None  # the layer's two C++ calls (see quant.fused_layer)
 
 
 # The linear weights of a layer: the tensors a linear layout may replace by packed copies.
@@ -159,7 +164,8 @@ class LlamaStep:
                 gate_proj=_matrix(mlp.gate_proj), up_proj=_matrix(mlp.up_proj),
                 down_proj=_matrix(mlp.down_proj),
                 qkv=getattr(attn, "quantized_qkv", None),
-                gate_up=getattr(mlp, "quantized_gate_up", None)))
+                gate_up=getattr(mlp, "quantized_gate_up", None),
+                fused=fused_layer.of(layer)))
         self.modules = tuple(model.modules())  # checked for hooks before every step
         self._prepacked: tuple[list[LayerWeights], torch.Tensor] | None = None
         self._versions: list[int] = []  # the weights' in-place versions when packed
@@ -218,6 +224,13 @@ class LlamaStep:
                  if mask is not None and groups > 1 and not self.rowwise else mask)
         allowed = (rowwise_attention.allowed_keys(mask, b, q_len, mask.shape[-1])
                    if self.rowwise and mask is not None else None)  # (B, Q, S) uint8
+        if layers and layers[0].fused is not None and layers[0].fused.takes(h):
+            for i, w in enumerate(layers):  # what the layers' own forward runs
+                q, k, v = w.fused.attention_inputs(h, cos[:, 0], sin[:, 0])
+                k, v = cache.update(k, v, i)
+                h = w.fused.rest(h, fused_layer.attend(w.fused, q, k, v, allowed))
+            h = _rms_norm(h, *self.norm)
+            return linear(h, head)  # (B, Q, V)
         for i, w in enumerate(layers):
             dim, scale = w.head_dim, w.scaling
             x = _rms_norm(h, w.input_norm, w.input_eps)

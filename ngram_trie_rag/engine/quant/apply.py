@@ -19,7 +19,9 @@ int8; the model's ``ngram_trie_rag_quantization`` summary counts the layers of e
 
 Layers that read one input are also stacked into one product (:func:`~.linear.fuse`),
 which the engine's own step runs; the model's modules keep calling the parts, which
-give the same bits.
+give the same bits. Where every product takes fp32 rows and attention is row-wise,
+Llama, Mistral and Qwen2 decoder layers run as two C++ calls around their attention
+(:mod:`.fused_layer`; the summary's ``"fused_layers"`` counts them).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from . import attention, kernels, vnni, w4a32, w8a32
+from . import attention, fused_layer, kernels, vnni, w4a32, w8a32
 from .embedding import Int8Embedding
 from .linear import (
     Int4Fp32Linear,
@@ -98,11 +100,13 @@ def quantize_model(model: nn.Module, scheme: str) -> nn.Module:
     fused = _fuse_inputs(model)
     if activations != torch.float32 or attention.rowwise_fits(model):
         attention.install(model)  # rows rounded (bf16, int8), or row-wise: see .attention
+    fused_layers = fused_layer.install(model) if activations == torch.float32 else 0
     if hasattr(model.config, "tie_word_embeddings"):
         model.config.tie_word_embeddings = False  # two tables now; never re-tie them
     setattr(model, SUMMARY, {"scheme": scheme, "layers": dict(counts), "fused": fused,
                              "parameters": parameters, "activations": str(activations),
-                             "attention": _attention_kind(model)})
+                             "attention": _attention_kind(model),
+                             "fused_layers": fused_layers})
     return model
 
 

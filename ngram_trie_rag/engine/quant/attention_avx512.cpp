@@ -27,29 +27,6 @@
 
 namespace {
 
-// exp(x) for x <= 0 (scores minus their maximum), elementwise: x = n ln2 + r with
-// |r| <= ln2 / 2, a degree-7 Taylor polynomial of exp(r) (relative error ~2e-8), scaled
-// by 2^n; below -87 (where fp32 would go subnormal) it is 0.
-inline __m512 exp_nonpositive(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // r = x - n ln2, ln2 split in two so r keeps its low bits
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512 scaled = _mm512_scalef_ps(p, n);
-  // NaN stays NaN (the comparison is false for it)
-  return _mm512_mask_mov_ps(scaled, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ),
-                            _mm512_setzero_ps());
-}
-
 // The head dimension as C 16-wide chunks, the last one ``tail`` lanes wide.
 template <int C>
 struct Head {

@@ -210,12 +210,12 @@ def _bias(linear: nn.Linear) -> torch.Tensor | None:
 
 
 def fusable(parts: Sequence[nn.Module]) -> bool:
-    """True when ``parts`` can run as one product: quantized alike, bias-free, the same
-    input width, and (int4) no padded rows."""
+    """True when ``parts`` can run as one product: quantized alike, the same input width,
+    and (int4) no padded rows. The stacked product is bias-free; the parts keep theirs."""
     first = parts[0]
     return (isinstance(first, Int8Linear | Int4Linear | Int4Fp32Linear)
-            and all(type(p) is type(first) and p.bias is None
-                    and p.in_features == first.in_features for p in parts)
+            and all(type(p) is type(first) and p.in_features == first.in_features
+                    for p in parts)
             and (not isinstance(first, Int4Linear)
                  or (all(p.group == first.group and p.packed.shape[0] == p.out_features
                          for p in parts) and int4_rows_separable(parts))))

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 GROUP = 32  # inputs per (scale, offset) pair and per 16 bytes of weights
 MAX_ROWS = 128  # the most rows a product sends to the kernel (BLAS's fp32 product beyond)
 SOURCE = Path(__file__).with_name("w4a32_avx512.cpp")
+SYMBOL = "ntr_w4a32_product"
 # -ffp-contract=off: a weight is q * s + b rounded twice, as the dense fallback computes it
 FLAGS = ("-O2", "-fno-tree-pre", "-ffp-contract=off", "-fopenmp", "-mavx512f", "-mavx512bw",
          "-mavx512vl", "-shared", "-fPIC")
@@ -53,7 +54,7 @@ def kernel() -> Product | None:
 
 def _build() -> Product | None:
     try:
-        function = native.load(SOURCE, FLAGS, "ntr_w4a32_product", log)
+        function = native.load(SOURCE, FLAGS, SYMBOL, log)
     except (OSError, subprocess.SubprocessError) as error:
         log.warning("the int4 fp32-activation kernel is not available (%s); int4 layers "
                     "take bf16 activations (W4A16) instead", native.why(error))

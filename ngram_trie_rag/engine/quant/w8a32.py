@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 MAX_ROWS = 128  # the most rows a product sends to the kernel (BLAS's fp32 product beyond)
 SOURCE = Path(__file__).with_name("w8a32_avx512.cpp")
+SYMBOL = "ntr_w8a32_product"
 # -fno-tree-pre: GCC 12 otherwise copies every accumulator at every step of the K loop;
 # -ffp-contract=off: the multiply-adds are the source's own, never contracted otherwise
 FLAGS = ("-O2", "-fno-tree-pre", "-ffp-contract=off", "-fopenmp", "-mavx512f", "-mavx512bw",
@@ -64,7 +65,7 @@ def kernel() -> Product | None:
 
 def _build() -> Product | None:
     try:
-        function = native.load(SOURCE, FLAGS, "ntr_w8a32_product", log)
+        function = native.load(SOURCE, FLAGS, SYMBOL, log)
     except (OSError, subprocess.SubprocessError) as error:
         log.warning("the int8 fp32-activation kernel is not available (%s); int8 layers "
                     "take bf16 activations (W8A16) instead", native.why(error))
