@@ -121,7 +121,7 @@ def test_an_fp32_model_takes_it_and_a_bf16_model_does_not() -> None:
     assert any(type(m) is Int4Fp32Linear for m in fp32.modules())
     assert not any(type(m) is Int4Linear for m in fp32.modules())
     assert getattr(fp32, SUMMARY)["activations"] == "torch.float32"
-    assert curve_key(fp32, None)[-1] == "int4+w4a32+rowwise"
+    assert curve_key(fp32, None)[-1] == "int4+w4a32+rowwise+fused"
     bf16 = quantize_model(model().to(torch.bfloat16), "int4")
     assert not any(type(m) is Int4Fp32Linear for m in bf16.modules())
     assert curve_key(bf16, None)[-1] == "int4"

@@ -124,7 +124,7 @@ def test_an_fp32_model_takes_it_and_a_bf16_model_does_not() -> None:
     assert all(type(m) is Int8Linear for m in bf16.modules() if isinstance(m, Int8Linear))
     assert getattr(bf16, SUMMARY)["activations"] == "torch.bfloat16"
     # each prices its own steps: the latency curves are kept apart
-    assert curve_key(fp32, None)[-1] == "int8+w8a32+rowwise"
+    assert curve_key(fp32, None)[-1] == "int8+w8a32+rowwise+fused"
     assert curve_key(bf16, None)[-1] == "int8"
     # the fp32 model attends row-wise in fp32 (test_rowwise_attention.py), the bf16 one
     # in fp64

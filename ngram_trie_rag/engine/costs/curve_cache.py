@@ -56,7 +56,7 @@ def curve_key(model: torch.nn.Module, step: LlamaStep | None) -> tuple:
     """What a curve depends on in the process: the architecture and size, dtype, device,
     threads, whether forwards run the Llama step, and how the weights are quantized (w8a8
     with or without its VNNI kernel, int8 / int4 with bf16 or fp32 activations, row-wise
-    or fp64 attention: each costs its own per row)."""
+    or fp64 attention, fused decoder layers or modules: each costs its own per row)."""
     from ..quant import quantization_of, vnni
     from ..quant.apply import SUMMARY
 
@@ -69,6 +69,8 @@ def curve_key(model: torch.nn.Module, step: LlamaStep | None) -> tuple:
         quantization += "+w8a32" if quantization == "int8" else "+w4a32"
     if summary.get("attention") == "rowwise":
         quantization += "+rowwise"
+    if summary.get("fused_layers"):
+        quantization += "+fused"
     return (type(model).__name__, cfg.model_type, model.num_parameters(), str(model.dtype),
             str(model.device), torch.get_num_threads(), cfg.num_hidden_layers,
             cfg.hidden_size, step is not None, quantization)
