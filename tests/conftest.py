@@ -46,6 +46,25 @@ def released(monkeypatch) -> list[str]:
     return names
 
 
+@pytest.fixture()
+def no_compiler(monkeypatch, tmp_path):
+    """``unbuilt(*modules)``: a process where the C++ compiler is missing and nothing is
+    cached yet, for the kernels of ``modules`` (their cells emptied); every other kernel
+    keeps what it is now (built first, here), so no test leaves a later one without it."""
+    from ngram_trie_rag.engine.quant import fused_layer, rowwise_attention, vnni, w4a32, w8a32
+
+    kernels = (w8a32, w4a32, vnni, rowwise_attention, fused_layer)
+
+    def unbuilt(*modules) -> None:
+        for module in kernels:
+            monkeypatch.setattr(module, "_KERNEL", [] if module in modules
+                                else [module.kernel()])
+        monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))  # nothing built there yet
+        monkeypatch.setenv("CXX", "no-such-c++")
+
+    return unbuilt
+
+
 @pytest.fixture(scope="module")
 def embedder():
     """The packaged MiniLM sentence embedder."""

@@ -124,9 +124,11 @@ def test_a_bf16_model_keeps_its_modules() -> None:
     assert getattr(model, SUMMARY)["fused_layers"] == 0
 
 
-def test_without_the_kernel_the_layers_run_their_modules(monkeypatch) -> None:
-    monkeypatch.setattr(fused_layer, "_KERNEL", [None])
-    model = quantize_model(build(FAMILIES["llama-rope-llama3"]), "int8")
+def test_without_a_compiler_the_layers_run_their_modules(no_compiler, caplog) -> None:
+    no_compiler(fused_layer)
+    with caplog.at_level("WARNING", logger=fused_layer.__name__):
+        model = quantize_model(build(FAMILIES["llama-rope-llama3"]), "int8")
+    assert "no C++ compiler 'no-such-c++' on PATH" in caplog.text
     assert getattr(model, SUMMARY)["fused_layers"] == 0
     ids = random_prompt(40, seed=5)
     expected = greedy_reference(model, ids, 16)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from ngram_trie_rag.engine.quant import attention, quantize_model, rowwise_attention, w4a32, w8a32
+from ngram_trie_rag.engine.quant import attention, quantize_model, rowwise_attention
 from ngram_trie_rag.engine.quant.apply import SUMMARY
 
 if rowwise_attention.kernel() is None:
@@ -172,12 +172,8 @@ def test_quantized_fp32_models_attend_row_wise_and_others_in_fp64() -> None:
         assert getattr(gemma, SUMMARY)["attention"] == "model"
 
 
-def test_without_the_kernel_rounded_rows_attend_in_fp64(monkeypatch, tmp_path) -> None:
-    for products in (w4a32, w8a32):  # built here first, so the layers keep fp32 rows
-        monkeypatch.setattr(products, "_KERNEL", [products.kernel()])
-    monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))  # nothing built there yet
-    monkeypatch.setenv("CXX", "no-such-c++")
-    monkeypatch.setattr(rowwise_attention, "_KERNEL", [])
+def test_without_the_kernel_rounded_rows_attend_in_fp64(no_compiler) -> None:
+    no_compiler(rowwise_attention)  # the products' kernels built: the layers keep fp32 rows
     model = quantize_model(_family("llama-rope-llama3"), "w8a8")
     assert getattr(model, SUMMARY)["attention"] == "fp64" and attention.reads_fp64(model)
     # fp32 rows (the W8A32 / W4A32 kernels, built before): the model's own attention

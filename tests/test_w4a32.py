@@ -127,13 +127,10 @@ def test_an_fp32_model_takes_it_and_a_bf16_model_does_not() -> None:
     assert curve_key(bf16, None)[-1] == "int4"
 
 
-def test_a_missing_compiler_warns_and_leaves_bf16_activations(monkeypatch, caplog,
-                                                              tmp_path) -> None:
+def test_a_missing_compiler_warns_and_leaves_bf16_activations(no_compiler, caplog) -> None:
     from model_families import FAMILIES, build
 
-    monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))  # nothing built there yet
-    monkeypatch.setenv("CXX", "no-such-c++")
-    monkeypatch.setattr(w4a32, "_KERNEL", [])
+    no_compiler(w4a32)
     with caplog.at_level("WARNING", logger=w4a32.__name__):
         model = quantize_model(build(FAMILIES["llama-rope-llama3"]), "int4")
     assert "no C++ compiler 'no-such-c++' on PATH" in caplog.text

@@ -99,11 +99,8 @@ def test_threads_do_not_change_the_bits(product) -> None:
     assert torch.equal(one, two)
 
 
-def test_a_missing_compiler_warns_and_leaves_the_python_path(monkeypatch, caplog,
-                                                              tmp_path) -> None:
-    monkeypatch.setenv("NGRAM_TRIE_RAG_CACHE", str(tmp_path))  # nothing built there yet
-    monkeypatch.setenv("CXX", "no-such-c++")
-    monkeypatch.setattr(vnni, "_KERNEL", [])
+def test_a_missing_compiler_warns_and_leaves_the_python_path(no_compiler, caplog) -> None:
+    no_compiler(vnni)
     with caplog.at_level("WARNING", logger=vnni.__name__):
         assert vnni.kernel() is None
     assert "no C++ compiler 'no-such-c++' on PATH" in caplog.text

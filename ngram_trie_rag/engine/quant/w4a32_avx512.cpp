@@ -5,14 +5,14 @@
 // with q in 0..15, and s, b one fp32 pair per group g of 32 inputs (b = zero - 8 s,
 // llama.cpp's Q4_1 block). Layout, per output row n: K / 2 bytes, 16 per group, byte i
 // of group g holding q[32 g + i] (low nibble) and q[32 g + 16 + i] (high nibble), so 16
-// bytes widen to the group's two 16-lane chunks with a mask and a shift; then the
+// bytes widen to the group's two 16-lane chunks of nibbles (the high ones by a shift); then the
 // (s, b) pairs, (N, K / 32, 2) fp32.
 //
 // Each output is summed in one fixed order, whatever the rows, threads or blocking: lane
 // j takes the fused multiply-adds of k = 32 g + j, then 32 g + 16 + j, group after group,
 // then the lanes are added as one tree (reduce4). Each weight is q * s + b, a product
 // and a sum rounded apart (no fused multiply-add; the dense fallback computes the same
-// values). So a row's output is bitwise the same alone or beside any other rows: a tree
+// values), taken from the group's table of its 16 possible values by the nibble. So a row's output is bitwise the same alone or beside any other rows: a tree
 // verification's rows equal generate's one-row steps.
 
 #include <immintrin.h>
@@ -38,7 +38,7 @@ inline void block(const float* __restrict x, int64_t K, const uint8_t* __restric
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) acc[b][m] = _mm512_setzero_ps();
   const int64_t groups = K / 32, row_bytes = K / 2;
-  const __m512i low = _mm512_set1_epi32(15);
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int64_t g = 0; g < groups; ++g) {
     __m512 lo_x[M], hi_x[M];
 #pragma GCC unroll 16
@@ -54,10 +54,11 @@ inline void block(const float* __restrict x, int64_t K, const uint8_t* __restric
       const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb)));
       const __m512 s = _mm512_set1_ps(sb[(b * groups + g) * 2]);
       const __m512 o = _mm512_set1_ps(sb[(b * groups + g) * 2 + 1]);
-      const __m512 lo_w = _mm512_add_ps(
-          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(q, low)), s), o);
-      const __m512 hi_w = _mm512_add_ps(
-          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4)), s), o);
+      // the group's 16 possible weights i * s + o, then each weight looked up by its
+      // nibble (vpermps reads an index's low 4 bits: the low nibble needs no mask)
+      const __m512 table = _mm512_add_ps(_mm512_mul_ps(iota, s), o);
+      const __m512 lo_w = _mm512_permutexvar_ps(q, table);
+      const __m512 hi_w = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
 #pragma GCC unroll 16
       for (int m = 0; m < M; ++m) {
         acc[b][m] = _mm512_fmadd_ps(lo_w, lo_x[m], acc[b][m]);
