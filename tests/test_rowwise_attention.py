@@ -179,3 +179,25 @@ def test_without_the_kernel_rounded_rows_attend_in_fp64(no_compiler) -> None:
     # fp32 rows (the W8A32 / W4A32 kernels, built before): the model's own attention
     model = quantize_model(_family("llama-rope-llama3"), "int4")
     assert getattr(model, SUMMARY)["attention"] == "model" and not attention.installed(model)
+
+
+def test_a_forward_converts_its_mask_once_and_the_next_forward_again() -> None:
+    """The layers of one forward share the mask's key table; a mask written in place
+    before the next forward (whose first layer has ``layer_idx`` 0) is read again."""
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 4, 3, 16, generator=gen) for _ in range(3))
+    mask = torch.ones(1, 1, 3, 3, dtype=torch.bool)
+    first, later = nn.Module(), nn.Module()
+    first.layer_idx, later.layer_idx = 0, 1
+
+    def attend(module: nn.Module) -> torch.Tensor:
+        return attention.quantized_attention(module, q, k, v, mask, scaling=0.25)[0]
+
+    seen_all = attend(first)
+    assert torch.equal(attend(later), seen_all)
+    mask[..., 0] = False  # the next forward's mask, in the same tensor
+    moved = attend(first)
+    expected = rowwise_attention.attend(q, k, v, rowwise_attention.allowed_keys(
+        mask, 1, 3, 3), False, 0.25)
+    assert torch.equal(moved, expected) and not torch.equal(moved, seen_all)
+    assert torch.equal(attend(later), moved)

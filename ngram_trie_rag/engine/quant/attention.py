@@ -44,6 +44,7 @@ from . import rowwise_attention
 
 NAME = "ngram_trie_rag_quantized"
 _INSTALL = threading.Lock()
+_LAST_ALLOWED = threading.local()  # (mask, shape, allowed) of the thread's last forward
 
 
 def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -110,10 +111,26 @@ def quantized_attention(module: torch.nn.Module, query: torch.Tensor, key: torch
     scale = scaling if scaling is not None else dim ** -0.5
     if key.dtype == torch.float32 and rowwise_attention.applies(
             query.dtype, query.device, dim, softcap):
-        allowed = rowwise_attention.allowed_keys(attention_mask, b, q_len, key.shape[2])
+        allowed = _allowed_keys(module, attention_mask, b, q_len, key.shape[2])
         return rowwise_attention.attend(query, key, value, allowed, causal, scale), None
     out = attend(query, key, value, attention_mask, scale, causal, softcap)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _allowed_keys(module: torch.nn.Module, mask: torch.Tensor | None, batch: int,
+                  q_len: int, s_len: int) -> torch.Tensor | None:
+    """:func:`~.rowwise_attention.allowed_keys` of ``mask``, converted once per forward:
+    the layers of a forward share their mask object, so the table of the thread's last
+    one is reused until the next forward's first layer (``layer_idx`` 0, or a module
+    without one) or another mask object. A mask written in place between forwards is
+    therefore read again; within a forward none is."""
+    last = getattr(_LAST_ALLOWED, "value", None)
+    if (mask is not None and last is not None and last[0] is mask
+            and last[1] == (batch, q_len, s_len) and getattr(module, "layer_idx", 0)):
+        return last[2]
+    allowed = rowwise_attention.allowed_keys(mask, batch, q_len, s_len)
+    _LAST_ALLOWED.value = None if mask is None else (mask, (batch, q_len, s_len), allowed)
+    return allowed
 
 
 def rowwise_fits(model: torch.nn.Module) -> bool:
