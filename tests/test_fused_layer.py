@@ -136,3 +136,14 @@ def test_without_a_compiler_the_layers_run_their_modules(no_compiler, caplog) ->
         ids, documents=drafting_documents(expected), max_new_tokens=16, method="trie",
         num_draft=8)
     assert result.token_ids == expected
+
+
+def test_a_batch_is_each_sequence_alone() -> None:
+    """Two sequences in one forward (their positions shared, as (1, Q, D) cos and sin):
+    each gets its own logits, bitwise."""
+    model = _quantized("qwen2", "int4")
+    ids = torch.tensor([random_prompt(24, seed=6), random_prompt(24, seed=7)])
+    with torch.inference_mode():
+        both = model(ids).logits
+        alone = [model(ids[i:i + 1]).logits[0] for i in range(2)]
+    assert torch.equal(both[0], alone[0]) and torch.equal(both[1], alone[1])

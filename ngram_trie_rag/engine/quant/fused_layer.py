@@ -53,6 +53,7 @@ _KERNEL: list[Any] = []  # [] until tried; then [(attention_inputs, rest)] or [N
 # A layer's FusedLayer, outside the module: its ctypes structure holds pointers, which
 # neither pickle nor deep-copy (a copied layer builds its own from its own tensors).
 _FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BUILD = threading.Lock()  # builds a FusedLayer once
 
 
 class _Matrix(ctypes.Structure):
@@ -153,7 +154,10 @@ class FusedLayer:
         """q (B, H, Q, D), k and v (B, H_kv, Q, D) of hidden rows h (B, Q, hidden), q and
         k rotated by cos, sin (B, Q, D)."""
         b, q_len, _ = h.shape
-        h, cos, sin = h.contiguous(), cos.contiguous(), sin.contiguous()
+        # (B, Q, D) row for row with h: a batch's shared positions come as (1, Q, D)
+        cos = cos.expand(b, q_len, self.head_dim).contiguous()
+        sin = sin.expand(b, q_len, self.head_dim).contiguous()
+        h = h.contiguous()
         qkv = h.new_empty((b, q_len, sum(self.sizes)))
         self._inputs(self._address, h.data_ptr(), b * q_len, cos.data_ptr(), sin.data_ptr(),
                      qkv.data_ptr(), torch.get_num_threads())
@@ -221,7 +225,7 @@ def of(layer: torch.nn.Module) -> FusedLayer | None:
         return None
     fused = _FUSED.get(layer)
     if fused is None:
-        with _LOCK:
+        with _BUILD:
             fused = _FUSED.get(layer)
             if fused is None:
                 fused = _FUSED[layer] = FusedLayer(layer)
@@ -239,7 +243,8 @@ def _forward(layer: torch.nn.Module, hidden_states: torch.Tensor,
     fused = of(layer)
     if torch.compiler.is_compiling():
         raise RuntimeError("a quantized fp32 model's fused layers do not compile")
-    if position_embeddings is None or not fused.takes(hidden_states):
+    if (position_embeddings is None or not fused.takes(hidden_states)
+            or position_embeddings[0].shape[-1] != fused.head_dim):  # partial RoPE
         return type(layer).forward(layer, hidden_states, attention_mask=attention_mask,
                                    position_ids=position_ids, cache=cache,
                                    use_cache=use_cache,
