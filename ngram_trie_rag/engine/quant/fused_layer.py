@@ -26,12 +26,14 @@ Elsewhere the layers stay as they are.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import subprocess
 import threading
 import types
 import weakref
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -92,11 +94,17 @@ def _build() -> Any:
     return inputs, rest
 
 
+@functools.cache
+def _kernel_address(kernels_of: ModuleType) -> int:
+    """The C address of :mod:`.w8a32`'s or :mod:`.w4a32`'s product kernel, looked up once
+    per process (built already: a layer of its kind exists)."""
+    function = native.load(kernels_of.SOURCE, kernels_of.FLAGS, kernels_of.SYMBOL, log)
+    return ctypes.cast(function, ctypes.c_void_p).value
+
+
 def _product_address(layer: QuantizedLinear) -> int:
     """The C address of the kernel that multiplies by ``layer``'s weights."""
-    of = w4a32 if isinstance(layer, Int4Fp32Linear) else w8a32
-    function = native.load(of.SOURCE, of.FLAGS, of.SYMBOL, log)  # built: the layer exists
-    return ctypes.cast(function, ctypes.c_void_p).value
+    return _kernel_address(w4a32 if isinstance(layer, Int4Fp32Linear) else w8a32)
 
 
 class FusedLayer:

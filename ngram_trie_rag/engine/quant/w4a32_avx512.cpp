@@ -5,15 +5,16 @@
 // with q in 0..15, and s, b one fp32 pair per group g of 32 inputs (b = zero - 8 s,
 // llama.cpp's Q4_1 block). Layout, per output row n: K / 2 bytes, 16 per group, byte i
 // of group g holding q[32 g + i] (low nibble) and q[32 g + 16 + i] (high nibble), so 16
-// bytes widen to the group's two 16-lane chunks of nibbles (the high ones by a shift); then the
-// (s, b) pairs, (N, K / 32, 2) fp32.
+// bytes widen to the group's two 16-lane chunks of nibbles (the high ones by a shift);
+// then the (s, b) pairs, (N, K / 32, 2) fp32.
 //
 // Each output is summed in one fixed order, whatever the rows, threads or blocking: lane
 // j takes the fused multiply-adds of k = 32 g + j, then 32 g + 16 + j, group after group,
 // then the lanes are added as one tree (reduce4). Each weight is q * s + b, a product
 // and a sum rounded apart (no fused multiply-add; the dense fallback computes the same
-// values), taken from the group's table of its 16 possible values by the nibble. So a row's output is bitwise the same alone or beside any other rows: a tree
-// verification's rows equal generate's one-row steps.
+// values), taken from the group's table of its 16 possible values by the nibble. So a
+// row's output is bitwise the same alone or beside any other rows: a tree verification's
+// rows equal generate's one-row steps.
 
 #include <immintrin.h>
 
