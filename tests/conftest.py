@@ -51,9 +51,10 @@ def no_compiler(monkeypatch, tmp_path):
     """``unbuilt(*modules)``: a process where the C++ compiler is missing and nothing is
     cached yet, for the kernels of ``modules`` (their cells emptied); every other kernel
     keeps what it is now (built first, here), so no test leaves a later one without it."""
+    from ngram_trie_rag.engine.cpu import rowwise_linear
     from ngram_trie_rag.engine.quant import fused_layer, rowwise_attention, vnni, w4a32, w8a32
 
-    kernels = (w8a32, w4a32, vnni, rowwise_attention, fused_layer)
+    kernels = (w8a32, w4a32, vnni, rowwise_attention, fused_layer, rowwise_linear)
 
     def unbuilt(*modules) -> None:
         for module in kernels:

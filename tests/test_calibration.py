@@ -62,7 +62,9 @@ def test_without_a_stored_curve_a_default_is_probed_and_stored(
         cache: Path, fresh: SpeculativeGenerator, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(curve_cache, "latency_curve", _refuse)
     curve = fresh.engine.curve
-    assert curve.source == "default" and curve.layouts == {} and not curve.pack_single
+    # no layout but the probe's choice of the rowwise one (fp32 on an AVX-512 CPU)
+    assert curve.source == "default" and not curve.pack_single
+    assert set(curve.layouts.values()) <= {"rowwise"}
     assert sorted(curve.seconds) == [1] + [1 + k for k in SIZES]
     times = [curve.seconds[q] for q in sorted(curve.seconds)]
     assert times[0] > 0 and all(a < b for a, b in zip(times, times[1:], strict=False))

@@ -11,6 +11,7 @@ from data_files import read_jsonl
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.engine import EagerEngine, LatencyCurve
 from ngram_trie_rag.engine.costs.latency import SIZES
+from ngram_trie_rag.engine.quant import w8a32
 from ngram_trie_rag.reference import greedy_reference
 
 MAX_NEW = 64
@@ -94,8 +95,12 @@ def test_greedy_exact_across_budgets(generator, num_draft: int) -> None:
 ENGINE_CASES = [c for c in CASES if c[0] == "hagrid-0"]
 
 
-ENGINES = [("llama-step", "stock"), ("llama-step", "transposed"), ("llama-step", "prepacked"),
-           ("modules", "stock"), ("modules", "transposed")]
+_AVX512 = pytest.mark.skipif(not w8a32.supported_cpu(), reason="the rowwise layout needs AVX-512")
+ENGINES = [pytest.param(engine, layout, id=f"{engine}-{layout}",
+                        marks=[_AVX512] if layout == "rowwise" else [])
+           for engine, layout in (("llama-step", "stock"), ("llama-step", "transposed"),
+                                  ("llama-step", "prepacked"), ("llama-step", "rowwise"),
+                                  ("modules", "stock"), ("modules", "transposed"))]
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +121,7 @@ def _pinned_curve(layout: str) -> LatencyCurve:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("engine", "layout"), ENGINES, ids=[f"{e}-{lay}" for e, lay in ENGINES])
+@pytest.mark.parametrize(("engine", "layout"), ENGINES)
 @pytest.mark.parametrize(("name", "messages", "docs"), ENGINE_CASES,
                          ids=[c[0] for c in ENGINE_CASES])
 def test_engine_variants_keep_greedy_exact(generator, modules_model, name, messages, docs,

@@ -86,7 +86,7 @@ def test_unwritable_cache_is_not_an_error(tmp_path: Path) -> None:
 
 
 def test_default_curve_is_a_rising_line_in_stock_variants(tiny: SpeculativeGenerator) -> None:
-    engine = tiny.engine
+    engine = tiny.engine  # runs the modules: the stock layout alone, two probes
     curve = default_curve(tiny.model, packed_gqa=engine.packed_gqa, windows=engine.windows,
                           step=engine.step)
     assert curve.source == "default" and curve.layouts == {} and not curve.pack_single
@@ -95,6 +95,26 @@ def test_default_curve_is_a_rising_line_in_stock_variants(tiny: SpeculativeGener
     assert times[0] > 0 and all(a < b for a, b in zip(times, times[1:], strict=False))
     slope = (curve.seconds[17] - curve.seconds[1]) / 16  # one line through every size
     assert curve.seconds[65] == pytest.approx(curve.seconds[1] + 64 * slope)
+
+
+def test_default_curve_of_the_llama_step_chooses_stock_or_rowwise_per_probe() -> None:
+    """Where the step can run the rowwise layout, the probe times both at each of its
+    three sizes, and each size up to a probe runs what won there."""
+    from ngram_trie_rag.engine.cpu import rowwise_linear
+
+    model, _ = tiny_llama(seed=5)
+    step = llama_step.LlamaStep(model)
+    if not rowwise_linear.applies(model):
+        pytest.skip("the rowwise layout needs AVX-512 and a C++ compiler")
+    curve = default_curve(model, step=step)
+    assert set(curve.layouts.values()) <= {"rowwise"}
+    assert all(q <= 17 for q in curve.layouts)  # past the last probe: stock
+    for lo, hi in ((2, 9), (10, 17)):  # one probe's choice holds its range
+        assert len({curve.layout(q) for q in range(lo, hi + 1)}) == 1
+    times = [curve.seconds[q] for q in sorted(curve.seconds)]
+    assert times[0] > 0 and all(a < b for a, b in zip(times, times[1:], strict=False))
+    slope = (curve.seconds[17] - curve.seconds[9]) / 8  # the last line, extended
+    assert curve.seconds[65] == pytest.approx(curve.seconds[9] + 56 * slope)
 
 
 def test_a_stored_curve_is_used_as_stored(tiny: SpeculativeGenerator, tmp_path: Path,

@@ -24,6 +24,7 @@ from ngram_trie_rag.engine.cpu.thread_governor import (
     ThreadGovernor,
     intra_op_threads,
 )
+from ngram_trie_rag.engine.quant import w8a32
 from ngram_trie_rag.reference import greedy_reference
 
 
@@ -128,7 +129,9 @@ _REFERENCES: dict[tuple[int, ...], list[int]] = {}  # plain greedy on two thread
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", ["stock", "transposed", "prepacked"])
+@pytest.mark.parametrize("layout", ["stock", "transposed", "prepacked", pytest.param(
+    "rowwise", marks=pytest.mark.skipif(not w8a32.supported_cpu(),
+                                        reason="the rowwise layout needs AVX-512"))])
 @pytest.mark.usefixtures("two_threads")
 def test_switching_threads_every_step_keeps_greedy_exact(generator, layout: str) -> None:
     """One and two threads in turn, step after step, in every linear layout: the same

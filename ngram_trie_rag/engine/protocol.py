@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from .acceptance import DeviceTree
     from .costs.latency import LatencyCurve
 
-Layout = Literal["stock", "transposed", "prepacked"]  # a linear layer's product (linear_layout)
+# a linear layer's product (linear_layout; rowwise: rowwise_linear)
+Layout = Literal["stock", "transposed", "prepacked", "rowwise"]
 
 
 @dataclass

@@ -42,11 +42,11 @@ from ..cpu.llama_step import LlamaStep
 from ..models.attention_windows import AttentionWindows
 from .latency import SOURCES, LatencyCurve, default_curve, latency_curve
 
-FORMAT = 1
+FORMAT = 2  # 2: curves may name the rowwise layout (a probe chooses it)
 MAX_AGE_S = 7 * 24 * 3600  # kernels, drivers and libraries change; a week-old file is dropped
 SAVE_INTERVAL_S = 30.0  # refined curves are written at most this often per key and process
 NOTICE_AFTER_S = 1.0  # a wait longer than this is announced on stderr
-LAYOUTS = ("stock", "transposed", "prepacked")
+LAYOUTS = ("stock", "transposed", "prepacked", "rowwise")
 _CURVES: dict[tuple, LatencyCurve] = {}  # the process layer, by curve_key
 _SAVED_AT: dict[tuple, float] = {}  # when this process last stored a refined curve, by key
 _GUARD = threading.Lock()

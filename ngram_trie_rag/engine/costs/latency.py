@@ -13,7 +13,8 @@ Two ways, for two moments:
   twenty-five seconds for the default model on two cores, more than a whole answer, so
   it runs only when asked (``ngram-trie-rag calibrate``), never on a first generation.
 - :func:`default_curve` times a plain step and one draft of sixteen nodes in the stock
-  variants (under a second for the default model) and draws a line through them, a
+  variants (and, for an fp32 model on an AVX-512 CPU, the rowwise linear layout; about
+  a second for the default model) and draws a line through them, a
   little steeper than measured, so that the budget drafts small until real steps
   (:meth:`~ngram_trie_rag.drafting.budget.DraftBudget.record_latency`) say otherwise.
 
@@ -31,7 +32,7 @@ import torch
 
 from ...drafting.budget import interpolated
 from ...drafting.draft_tree import DraftTree
-from ..cpu import linear_layout
+from ..cpu import linear_layout, rowwise_linear
 from ..cpu.linear_layout import prepack_applies
 from ..cpu.llama_step import LlamaStep
 from ..cpu.thread_governor import intra_op_threads
@@ -58,6 +59,7 @@ SOURCES = ("default", "refined", "measured", "compiled")
 # steep CPU curve costs more), and is at least PROBE_MIN_SLOPE of a plain step per
 # token: two noisy timings must not make a draft look free.
 PROBE_Q = 17
+PROBE_MID = 9  # a third probe where the step has two layouts to choose between
 PROBE_PAST = 64
 PROBE_MARGIN = 1.15
 PROBE_MIN_SLOPE = 0.01
@@ -201,9 +203,10 @@ def latency_curve(model, packed_gqa: bool = False, windows: AttentionWindows | N
     chain) with its tree mask and, with ``packed_gqa``, packed masked GQA.
 
     On a CPU each linear layout that applies is timed (transposed up to
-    ``MAX_TRANSPOSED`` tokens), and for a plain step with ``packed_gqa`` both
-    attentions. ``step``: the generator's Llama step, timed instead of the modules when
-    it runs one (see :mod:`ngram_trie_rag.engine.cpu.forward`). A variant other than the stock one
+    ``MAX_TRANSPOSED`` tokens, rowwise up to its kernel's ``MAX_ROWS``), and for a
+    plain step with ``packed_gqa`` both attentions. ``step``: the generator's Llama
+    step, timed instead of the modules when it runs one (see
+    :mod:`ngram_trie_rag.engine.cpu.forward`). A variant other than the stock one
     must be faster by ``LAYOUT_MARGIN``.
     """
     layouts: list[Layout] = ["stock"]
@@ -212,6 +215,8 @@ def latency_curve(model, packed_gqa: bool = False, windows: AttentionWindows | N
         layouts.append("transposed")
     if step is not None and prepack_applies(model):
         layouts.append("prepacked")
+    if step is not None and rowwise_linear.applies(model):
+        layouts.append("rowwise")
     timer = _ForwardTimer(model, step, windows, past_len)
     seconds: dict[int, float] = {}
     chosen: dict[int, Layout] = {}
@@ -219,7 +224,8 @@ def latency_curve(model, packed_gqa: bool = False, windows: AttentionWindows | N
     for q in [1] + [1 + k for k in sizes]:
         packs = ((False, True) if packed_gqa else (False,)) if q == 1 else (packed_gqa,)
         tried = [(lay, pack) for lay in layouts for pack in packs
-                 if lay != "transposed" or q <= MAX_TRANSPOSED]
+                 if q <= {"transposed": MAX_TRANSPOSED,
+                          "rowwise": rowwise_linear.MAX_ROWS}.get(lay, q)]
         best = timer.fastest(q, tried, repeats)
         failed = {lay for lay, _ in tried} - {lay for lay, _ in best}
         layouts = [lay for lay in layouts if lay not in failed]  # not tried again
@@ -237,24 +243,57 @@ def latency_curve(model, packed_gqa: bool = False, windows: AttentionWindows | N
 def default_curve(model, packed_gqa: bool = False, windows: AttentionWindows | None = None,
                   step: LlamaStep | None = None, past_len: int = PROBE_PAST,
                   repeats: int = 2) -> LatencyCurve:
-    """A curve from two timings, for a process that has no stored one: a plain step
+    """A curve from a few timings, for a process that has no stored one: a plain step
     and a chain draft of ``PROBE_Q`` tokens, each the fastest of ``repeats`` after a
-    warm-up, in the variants the curve then names (stock layouts, a plain step
-    unpacked). Every size of ``SIZES`` lies on the line through them, its slope raised
-    by ``PROBE_MARGIN``: the budget starts cautious and real steps refine it.
+    warm-up, in the variants the curve then names: a plain step unpacked, the stock
+    linear layout. Where the step can also run fp32 products in
+    :mod:`~ngram_trie_rag.engine.cpu.rowwise_linear`'s kernel, each probe times both
+    layouts, a draft of ``PROBE_MID`` tokens is probed too, and each probe's faster
+    layout holds the sizes from the probe below it up to its own.
+
+    Every size of ``SIZES`` lies on the lines through the probes, each slope raised by
+    ``PROBE_MARGIN`` (the last one extended): the budget starts cautious and real steps
+    refine it.
 
     On a CPU the probe runs on one thread. Only the curve's shape matters until real
     steps rescale it, one thread's is a little steeper (more cautious), and a forward
     split over every core of a busy host waits for descheduled threads: on two cores
     beside one busy process the probe took 18 s on two threads, 1.2 s on one."""
     threads = 1 if model.device.type == "cpu" else None
+    layouts: list[Layout] = ["stock"]
+    if step is not None and rowwise_linear.applies(model):
+        layouts.append("rowwise")
+    probes = (1, PROBE_MID, PROBE_Q) if len(layouts) > 1 else (1, PROBE_Q)
     with intra_op_threads(threads):
         timer = _ForwardTimer(model, step, windows, past_len)
-        plain = timer.fastest(1, [("stock", False)], repeats)["stock", False]
-        draft = timer.fastest(PROBE_Q, [("stock", packed_gqa)], repeats)["stock", packed_gqa]
-    slope = max((draft - plain) / (PROBE_Q - 1), PROBE_MIN_SLOPE * plain) * PROBE_MARGIN
-    seconds = {q: plain + slope * (q - 1) for q in [1] + [1 + k for k in SIZES]}
-    return LatencyCurve(seconds, {}, pack_single=False, source="default")
+        timed = {q: _fastest_layout(timer, q, layouts, packed_gqa and q > 1, repeats)
+                 for q in probes}
+    sizes = [1] + [1 + k for k in SIZES]
+    seconds: dict[int, float] = {1: timed[1][1]}
+    chosen: dict[int, Layout] = {}
+    for lo, hi in zip(probes, probes[1:], strict=False):
+        slope = max((timed[hi][1] - timed[lo][1]) / (hi - lo),
+                    PROBE_MIN_SLOPE * timed[1][1]) * PROBE_MARGIN
+        last = hi == probes[-1]
+        for q in sizes:
+            if lo < q <= hi or (last and q > hi):
+                seconds[q] = seconds[lo] + slope * (q - lo)
+                if q <= hi:
+                    chosen[q] = timed[hi][0]
+    chosen[1] = timed[1][0]
+    chosen = {q: lay for q, lay in chosen.items() if lay != "stock"}
+    return LatencyCurve(seconds, chosen, pack_single=False, source="default")
+
+
+def _fastest_layout(timer: _ForwardTimer, q: int, layouts: Sequence[Layout], pack: bool,
+                    repeats: int) -> tuple[Layout, float]:
+    """The fastest of ``layouts`` for a forward of ``q`` tokens and its seconds; a layout
+    other than stock must win by ``LAYOUT_MARGIN``."""
+    best = timer.fastest(q, [(lay, pack) for lay in layouts], repeats)
+    lay = min((lay for lay, _ in best), key=lambda lay: best[lay, pack])
+    if best[lay, pack] < LAYOUT_MARGIN * best["stock", pack]:
+        return lay, best[lay, pack]
+    return "stock", best["stock", pack]
 
 
 def sync_device(device: torch.device) -> None:

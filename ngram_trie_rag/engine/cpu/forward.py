@@ -23,8 +23,8 @@ def forward(model: torch.nn.Module, step: LlamaStep | None, input_ids: torch.Ten
             position_ids: torch.Tensor, mask: torch.Tensor | dict | None, cache,
             layout: Layout, packed: bool) -> torch.Tensor:
     """Logits (Q, V) for ``input_ids`` (1, Q) at ``position_ids`` (1, Q); appends their
-    keys and values to ``cache``. ``layout``: the linear layout ("prepacked" needs the
-    step). ``packed``: GQA packed (every masked forward; a plain
+    keys and values to ``cache``. ``layout``: the linear layout ("prepacked" and
+    "rowwise" need the step). ``packed``: GQA packed (every masked forward; a plain
     step where it measured faster)."""
     if step is not None:
         if not llama_step.hooked(step.modules):
@@ -32,8 +32,8 @@ def forward(model: torch.nn.Module, step: LlamaStep | None, input_ids: torch.Ten
         # a hook registered since the engine chose the step: the modules run it, in the
         # variant they can run without the engine's installs
         layout, packed = "stock", packed and gqa_attention.installed(model)
-    if layout == "prepacked":
-        raise ValueError("the prepacked layout runs in the Llama step only")
+    if layout in ("prepacked", "rowwise"):
+        raise ValueError(f"the {layout} layout runs in the Llama step only")
     if packed and not gqa_attention.installed(model):
         raise ValueError("packed GQA needs gqa_attention.install(model) first")
     if layout == "transposed" and not linear_layout.installed(model):

@@ -99,7 +99,7 @@ def prepack_applies(model: torch.nn.Module, share_of_free_memory: float = 0.25) 
         free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):  # not reported here: do not copy
         return False
-    need = sum(m.weight.numel() * m.weight.element_size() for m in _linears(model))
+    need = sum(m.weight.numel() * m.weight.element_size() for m in plain_linears(model))
     return need <= share_of_free_memory * free
 
 
@@ -122,10 +122,10 @@ def prepack_runs(dtype: torch.dtype) -> bool:
 
 def applies(model: torch.nn.Module) -> bool:
     """True when the model is on a CPU with plain floating-point linear layers."""
-    return model.device.type == "cpu" and bool(_linears(model))
+    return model.device.type == "cpu" and bool(plain_linears(model))
 
 
-def _linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
+def plain_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
     """The model's plain ``nn.Linear`` layers (subclasses and quantized weights, e.g.
     torchao's tensor subclasses, excluded)."""
     found = _LINEARS.get(model)
@@ -151,7 +151,7 @@ def _gated_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 def install(model: torch.nn.Module) -> None:
     """Give the model's plain linear layers the gated forward. Idempotent."""
     with _INSTALL:
-        for layer in _linears(model):
+        for layer in plain_linears(model):
             if "forward" not in layer.__dict__:
                 layer.forward = _gated_forward.__get__(layer)
         _INSTALLED.add(model)

@@ -14,8 +14,10 @@ along), keys and values go through the cache's ``update``, and attention is SDPA
 :mod:`ngram_trie_rag.engine.cpu.gqa_attention` runs it (a quantized model's own:
 :mod:`ngram_trie_rag.engine.quant.attention`). The operations run in the modules' order
 on the modules' weights (no copies), so the logits are bitwise those of the module
-forward (``tests/test_llama_step.py``) in every variant the generator uses: either
-linear layout, packed or stock single-query attention, tree masks.
+forward (``tests/test_llama_step.py``) in every variant the modules also run: the stock
+or transposed linear layout, packed or stock single-query attention, tree masks. Two
+layouts only the step runs: oneDNN-prepacked weights, and fp32 products in this
+package's own kernel (:mod:`ngram_trie_rag.engine.cpu.rowwise_linear`).
 
 Only the generator's own steps run here; prefill, ``generate`` and anything else keep
 the modules. :func:`applies` checks the structure it relies on and anything else --
@@ -42,8 +44,9 @@ from ..quant import fused_layer, rowwise_attention
 from ..quant.embedding import Int8Embedding
 from ..quant.fused_layer import FusedLayer
 from ..quant.linear import QuantizedLinear
-from . import gqa_attention
+from . import gqa_attention, rowwise_linear
 from .linear_layout import dense, prepacked, prepacked_product, transposed_product
+from .rowwise_linear import rowwise_product
 
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -166,6 +169,8 @@ class LlamaStep:
                 qkv=getattr(attn, "quantized_qkv", None),
                 gate_up=getattr(mlp, "quantized_gate_up", None),
                 fused=fused_layer.of(layer)))
+        self.decoder_layers = list(base.layers)
+        self._rowwise_fused: list[FusedLayer] | None = None  # built on first use
         self.modules = tuple(model.modules())  # checked for hooks before every step
         self._prepacked: tuple[list[LayerWeights], torch.Tensor] | None = None
         self._versions: list[int] = []  # the weights' in-place versions when packed
@@ -213,24 +218,28 @@ class LlamaStep:
             raise ValueError(f"the {layout} layout packs float weights; this model's are "
                              "quantized (stock layout only)")
         linear = {"stock": _quantized_product if self.quantized else F.linear,
-                  "transposed": transposed_product, "prepacked": prepacked_product}[layout]
+                  "transposed": transposed_product, "prepacked": prepacked_product,
+                  "rowwise": rowwise_product}[layout]
         layers, head = self._weights(layout)
         groups = self.heads // self.kv_heads
         embed = self.embed
         h = embed(input_ids) if isinstance(embed, Int8Embedding) else F.embedding(input_ids, embed)
         cos, sin = self.rotary(h, position_ids)  # (B, Q, D) each
+        fused = self._fused(layout)
+        if fused and fused[0].takes(h):  # each layer two C++ calls, attention row-wise
+            allowed = (rowwise_attention.allowed_keys(mask, b, q_len, mask.shape[-1])
+                       if mask is not None else None)  # (B, Q, S) uint8
+            for i, layer in enumerate(fused):  # what a fused model's own layers run
+                q, k, v = layer.attention_inputs(h, cos, sin)
+                k, v = cache.update(k, v, i)
+                h = layer.rest(h, fused_layer.attend(layer, q, k, v, allowed))
+            h = _rms_norm(h, *self.norm)
+            return linear(h, head)  # (B, Q, V)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         tiled = (gqa_attention.tiled_mask(mask, groups)
                  if mask is not None and groups > 1 and not self.rowwise else mask)
         allowed = (rowwise_attention.allowed_keys(mask, b, q_len, mask.shape[-1])
                    if self.rowwise and mask is not None else None)  # (B, Q, S) uint8
-        if layers and layers[0].fused is not None and layers[0].fused.takes(h):
-            for i, w in enumerate(layers):  # what the layers' own forward runs
-                q, k, v = w.fused.attention_inputs(h, cos[:, 0], sin[:, 0])
-                k, v = cache.update(k, v, i)
-                h = w.fused.rest(h, fused_layer.attend(w.fused, q, k, v, allowed))
-            h = _rms_norm(h, *self.norm)
-            return linear(h, head)  # (B, Q, V)
         for i, w in enumerate(layers):
             dim, scale = w.head_dim, w.scaling
             x = _rms_norm(h, w.input_norm, w.input_eps)
@@ -257,6 +266,31 @@ class LlamaStep:
             h = h + linear(F.silu(gate) * up, w.down_proj)
         h = _rms_norm(h, *self.norm)
         return linear(h, head)  # (B, Q, V)
+
+    def _fused(self, layout: Layout) -> list[FusedLayer] | None:
+        """The layers as :class:`FusedLayer` calls: a fused quantized model's own, or in
+        the rowwise layout an fp32 model's over its weights (built on first use, where
+        the fused layer's and the row-wise attention's kernels are built); else None."""
+        if self.layers and self.layers[0].fused is not None:
+            return [w.fused for w in self.layers]
+        if layout != "rowwise":
+            return None
+        if self._rowwise_fused is None:
+            self._rowwise_fused = self._fp32_fused()
+        return self._rowwise_fused or None
+
+    def _fp32_fused(self) -> list[FusedLayer]:
+        layers = self.decoder_layers
+        if not layers or fused_layer.kernel() is None:
+            return []
+        attn = layers[0].self_attn
+        cfg = attn.config
+        if (getattr(cfg, "partial_rotary_factor", 1.0) != 1.0
+                or not rowwise_attention.applies(torch.float32, torch.device("cpu"),
+                                                 attn.head_dim, None)):
+            return []
+        product = rowwise_linear.address()
+        return [FusedLayer(layer, fp32_product=product) for layer in layers]
 
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    mask: torch.Tensor | None, tiled: torch.Tensor | None, scale: float,

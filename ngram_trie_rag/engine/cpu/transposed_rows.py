@@ -67,7 +67,7 @@ def faster_transposed(model: torch.nn.Module, row_counts: Iterable[int],
     without plain linear layers."""
     if not linear_layout.applies(model):
         return frozenset()
-    weights = [m.weight for m in linear_layout._linears(model)]
+    weights = [m.weight for m in linear_layout.plain_linears(model)]
     key = (tuple(tuple(w.shape) for w in weights), weights[0].dtype,
            torch.get_num_threads(), tuple(sorted(set(row_counts))))
     with _GUARD:

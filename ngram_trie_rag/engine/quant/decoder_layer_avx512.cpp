@@ -1,22 +1,25 @@
-// A quantized decoder layer of the Llama kind (Llama, Mistral, Qwen2) around its
-// attention, in two calls instead of some forty tensor operations:
+// A decoder layer of the Llama kind (Llama, Mistral, Qwen2) around its attention, in
+// two calls instead of some forty tensor operations:
 //
 //   attention_inputs:  x = RMSNorm(h);  [q k v] = x W_qkv^T (+ bias);  RoPE on q and k
 //   rest:              h' = h + a W_o^T;  x = RMSNorm(h');
 //                      out = h' + (silu(x W_gate^T) * (x W_up^T)) W_down^T
 //
-// The products are the W8A32 / W4A32 kernels' (function pointers handed in), which
-// compute each row alone. Everything here is row-wise too, in one fixed order per row:
+// The products are the W8A32 / W4A32 / W32A32 kernels' (function pointers handed in),
+// which compute each row alone. q/k/v and gate/up are one stacked matrix (a quantized
+// model's) or their parts (an fp32 model's own weights), each written into its columns
+// of the stacked output. Everything here is row-wise too, in one fixed order per row:
 // RMSNorm's sum of squares in 16 lanes of fused multiply-adds, then the lanes as one
 // tree (reduce4); RoPE elementwise as rotate-half writes it (x cos + (-x2) sin, rounded
 // apart); SiLU with lanes.h's exp, one polynomial per element. So a row's output depends
 // on that row alone, and a tree verification's rows are bitwise ``generate``'s one-row
-// steps, which run these same calls (the model's layers are pointed at them).
+// steps, which run these same calls (a quantized model's layers are pointed at them).
 //
 // Scratch is per calling thread; the products run on an OpenMP team of ``threads``.
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -25,14 +28,14 @@
 
 extern "C" {
 
-// y (rows, N) = x (rows, K) times a layer's quantized weights: w8a32's or w4a32's.
+// y (rows, N) = x (rows, K) times a layer's weights: w8a32's, w4a32's or w32a32's.
 typedef void (*Product)(const float* x, int64_t rows, int64_t K, const void* weights,
                         int64_t N, const float* scales, float* y, int threads);
 
 struct Matrix {
   Product product;
   const void* weights;
-  const float* scales;  // the kernel's scales (int8) or (s, b) pairs (int4)
+  const float* scales;  // the kernel's scales (int8), (s, b) pairs (int4), or null (fp32)
   const float* bias;    // (N,) or null
   int64_t n, k;         // outputs, inputs
 };
@@ -42,7 +45,9 @@ struct Layer {
   const float* input_norm;
   const float* post_norm;
   float input_eps, post_eps;
-  Matrix qkv, o, gate_up, down;  // qkv: [q | k | v] outputs; gate_up: [gate | up]
+  // [q | k | v] and [gate | up] outputs: the whole in the first part (the others n = 0),
+  // or one part each
+  Matrix qkv[3], o, gate_up[2], down;
 };
 
 }  // extern "C"
@@ -50,12 +55,13 @@ struct Layer {
 namespace {
 
 struct Scratch {
-  std::vector<float> x, wide, act;
+  std::vector<float> x, wide, act, part;
   void fit(int64_t rows, const Layer& L) {
     const auto grow = [](std::vector<float>& v, size_t n) { if (v.size() < n) v.resize(n); };
     grow(x, rows * L.hidden);
     grow(wide, rows * 2 * L.intermediate);
     grow(act, rows * L.intermediate);
+    grow(part, rows * std::max(L.intermediate, L.qkv[0].n));
   }
 };
 
@@ -92,6 +98,21 @@ void product(const Matrix& M, const float* x, int64_t rows, float* y, int thread
   if (M.bias == nullptr) return;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < M.n; ++j) y[r * M.n + j] += M.bias[j];
+}
+
+// y (rows, width) = x [M_0 | M_1 | ...]^T over ``count`` parts side by side (a part of
+// n = 0 is absent); more than one part goes through ``part`` (rows * the widest part).
+void product_parts(const Matrix* parts, int count, const float* x, int64_t rows, float* y,
+                   int64_t width, float* part, int threads) {
+  if (count == 1 || parts[1].n == 0) return product(parts[0], x, rows, y, threads);
+  int64_t offset = 0;
+  for (int p = 0; p < count && parts[p].n > 0; ++p) {
+    const int64_t n = parts[p].n;
+    product(parts[p], x, rows, part, threads);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy(part + r * n, part + (r + 1) * n, y + r * width + offset);
+    offset += n;
+  }
 }
 
 // x (heads of D values, one row) rotated in place: x cos + rotate_half(x) sin, as
@@ -137,8 +158,8 @@ extern "C" void ntr_layer_attention_inputs(const Layer* L, const float* h, int64
   Scratch& sc = scratch;
   sc.fit(rows, *L);
   rms_norm(h, rows, L->hidden, L->input_norm, L->input_eps, sc.x.data());
-  product(L->qkv, sc.x.data(), rows, qkv, threads);
-  const int64_t D = L->head_dim, width = L->qkv.n;
+  const int64_t D = L->head_dim, width = (L->heads + 2 * L->kv_heads) * D;
+  product_parts(L->qkv, 3, sc.x.data(), rows, qkv, width, sc.part.data(), threads);
   for (int64_t r = 0; r < rows; ++r)  // q's heads, then k's: adjacent in the row
     rope(qkv + r * width, L->heads + L->kv_heads, D, cos + r * D, sin + r * D);
 }
@@ -152,7 +173,8 @@ extern "C" void ntr_layer_rest(const Layer* L, const float* h, const float* a, i
   product(L->o, a, rows, out, threads);
   for (int64_t i = 0; i < n; ++i) out[i] = h[i] + out[i];  // h' (the residual)
   rms_norm(out, rows, L->hidden, L->post_norm, L->post_eps, sc.x.data());
-  product(L->gate_up, sc.x.data(), rows, sc.wide.data(), threads);
+  product_parts(L->gate_up, 2, sc.x.data(), rows, sc.wide.data(), 2 * L->intermediate,
+                sc.part.data(), threads);
   silu_times(sc.wide.data(), rows, L->intermediate, sc.act.data());
   product(L->down, sc.act.data(), rows, sc.x.data(), threads);
   for (int64_t i = 0; i < n; ++i) out[i] = out[i] + sc.x[i];

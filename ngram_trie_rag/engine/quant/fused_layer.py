@@ -69,8 +69,10 @@ class _Layer(ctypes.Structure):
                 ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64),
                 ("intermediate", ctypes.c_int64), ("input_norm", ctypes.c_void_p),
                 ("post_norm", ctypes.c_void_p), ("input_eps", ctypes.c_float),
-                ("post_eps", ctypes.c_float), ("qkv", _Matrix), ("o", _Matrix),
-                ("gate_up", _Matrix), ("down", _Matrix)]
+                ("post_eps", ctypes.c_float),
+                # the whole in the first part (the others zero), or one part each
+                ("qkv", _Matrix * 3), ("o", _Matrix), ("gate_up", _Matrix * 2),
+                ("down", _Matrix)]
 
 
 def kernel() -> Any:
@@ -95,23 +97,30 @@ def _build() -> Any:
 
 
 @functools.cache
-def _kernel_address(kernels_of: ModuleType) -> int:
-    """The C address of :mod:`.w8a32`'s or :mod:`.w4a32`'s product kernel, looked up once
-    per process (built already: a layer of its kind exists)."""
-    function = native.load(kernels_of.SOURCE, kernels_of.FLAGS, kernels_of.SYMBOL, log)
+def kernel_address(kernels_of: ModuleType, symbol: str | None = None) -> int:
+    """The C address of a product kernel (``symbol``, by default the module's
+    ``SYMBOL``) in :mod:`.w8a32`'s or :mod:`.w4a32`'s source, looked up once per process
+    (built already: a layer of its kind exists)."""
+    function = native.load(kernels_of.SOURCE, kernels_of.FLAGS, symbol or kernels_of.SYMBOL,
+                           log)
     return ctypes.cast(function, ctypes.c_void_p).value
 
 
 def _product_address(layer: QuantizedLinear) -> int:
     """The C address of the kernel that multiplies by ``layer``'s weights."""
-    return _kernel_address(w4a32 if isinstance(layer, Int4Fp32Linear) else w8a32)
+    return kernel_address(w4a32 if isinstance(layer, Int4Fp32Linear) else w8a32)
 
 
 class FusedLayer:
     """One decoder layer's two calls: :meth:`attention_inputs` and :meth:`rest`. Holds the
-    tensors it points at, so they live as long as it does."""
+    tensors it points at, so they live as long as it does.
 
-    def __init__(self, layer: torch.nn.Module) -> None:
+    ``fp32_product``: the C address of the W32A32 kernel, for a float32 layer whose
+    products are plain ``nn.Linear`` weights (the engines' rowwise layout,
+    :mod:`ngram_trie_rag.engine.cpu.rowwise_linear`): the layer's own weights, q/k/v
+    and gate/up as parts (no copies). Without it, a quantized layer's stacked products."""
+
+    def __init__(self, layer: torch.nn.Module, fp32_product: int | None = None) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         cfg = attn.config
         self.attn = attn
@@ -121,8 +130,22 @@ class FusedLayer:
         self.sizes = (self.heads * self.head_dim, self.kv_heads * self.head_dim,
                       self.kv_heads * self.head_dim)
         self._keep: list[torch.Tensor] = []
-        qkv_bias = _stacked_bias([attn.q_proj, attn.k_proj, attn.v_proj])
-        gate_up_bias = _stacked_bias([mlp.gate_proj, mlp.up_proj])
+        if fp32_product is not None:
+            def part(linear: torch.nn.Linear) -> _Matrix:
+                return _Matrix(product=fp32_product, weights=self._ptr(linear.weight),
+                               scales=None, bias=self._ptr(linear.bias),
+                               n=linear.out_features, k=linear.in_features)
+
+            qkv = [part(attn.q_proj), part(attn.k_proj), part(attn.v_proj)]
+            gate_up = [part(mlp.gate_proj), part(mlp.up_proj)]
+            o, down = part(attn.o_proj), part(mlp.down_proj)
+        else:
+            qkv_bias = _stacked_bias([attn.q_proj, attn.k_proj, attn.v_proj])
+            gate_up_bias = _stacked_bias([mlp.gate_proj, mlp.up_proj])
+            qkv = [self._matrix(attn.quantized_qkv, qkv_bias), _Matrix(), _Matrix()]
+            gate_up = [self._matrix(mlp.quantized_gate_up, gate_up_bias), _Matrix()]
+            o = self._matrix(attn.o_proj, attn.o_proj.bias)
+            down = self._matrix(mlp.down_proj, mlp.down_proj.bias)
         self._layer = _Layer(
             hidden=layer.input_layernorm.weight.shape[0], heads=self.heads,
             kv_heads=self.kv_heads, head_dim=self.head_dim,
@@ -131,10 +154,7 @@ class FusedLayer:
             post_norm=self._ptr(layer.post_attention_layernorm.weight),
             input_eps=layer.input_layernorm.variance_epsilon,
             post_eps=layer.post_attention_layernorm.variance_epsilon,
-            qkv=self._matrix(attn.quantized_qkv, qkv_bias),
-            o=self._matrix(attn.o_proj, attn.o_proj.bias),
-            gate_up=self._matrix(mlp.quantized_gate_up, gate_up_bias),
-            down=self._matrix(mlp.down_proj, mlp.down_proj.bias))
+            qkv=(_Matrix * 3)(*qkv), o=o, gate_up=(_Matrix * 2)(*gate_up), down=down)
         self._address = ctypes.addressof(self._layer)
         self._inputs, self._rest = kernel()
 
