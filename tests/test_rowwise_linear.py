@@ -12,6 +12,7 @@ import pytest
 import torch
 from tiny_model import tiny_llama
 
+from ngram_trie_rag.engine.costs.curve_cache import curve_key
 from ngram_trie_rag.engine.cpu import rowwise_linear
 from ngram_trie_rag.engine.cpu.forward import forward
 from ngram_trie_rag.engine.cpu.llama_step import LlamaStep
@@ -78,12 +79,16 @@ def test_offered_for_fp32_models_only() -> None:
 
 
 def test_not_offered_without_the_kernel(no_compiler, caplog) -> None:
-    no_compiler(rowwise_linear)
+    """Nor is a curve that names it: a process without the kernel has its own curves."""
     model, _ = tiny_llama(seed=1)
+    step = LlamaStep(model)
+    assert curve_key(model, step)[-1] == "rowwise-layout"
+    no_compiler(rowwise_linear)
     with caplog.at_level("WARNING"):
         assert not rowwise_linear.applies(model)
     assert "fp32 few-row product kernel is not available" in caplog.text
     assert "no-such-c++" in caplog.text
+    assert curve_key(model, step)[-1] is None
 
 
 @pytest.mark.parametrize("q", [1, 4, 9, fused_layer.MAX_ROWS + 2])

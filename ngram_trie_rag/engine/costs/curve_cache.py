@@ -38,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from ..cpu import rowwise_linear
 from ..cpu.llama_step import LlamaStep
 from ..models.attention_windows import AttentionWindows
 from .latency import SOURCES, LatencyCurve, default_curve, latency_curve
@@ -56,7 +57,9 @@ def curve_key(model: torch.nn.Module, step: LlamaStep | None) -> tuple:
     """What a curve depends on in the process: the architecture and size, dtype, device,
     threads, whether forwards run the Llama step, and how the weights are quantized (w8a8
     with or without its VNNI kernel, int8 / int4 with bf16 or fp32 activations, row-wise
-    or fp64 attention, fused decoder layers or modules: each costs its own per row)."""
+    or fp64 attention, fused decoder layers or modules: each costs its own per row), and
+    for a float model whether its step can run the rowwise layout (a curve that names it
+    is never given to a process whose kernels did not build)."""
     from ..quant import quantization_of, vnni
     from ..quant.apply import SUMMARY
 
@@ -71,6 +74,8 @@ def curve_key(model: torch.nn.Module, step: LlamaStep | None) -> tuple:
         quantization += "+rowwise"
     if summary.get("fused_layers"):
         quantization += "+fused"
+    if quantization is None and step is not None and rowwise_linear.applies(model):
+        quantization = "rowwise-layout"  # a float model whose step can run its kernels
     return (type(model).__name__, cfg.model_type, model.num_parameters(), str(model.dtype),
             str(model.device), torch.get_num_threads(), cfg.num_hidden_layers,
             cfg.hidden_size, step is not None, quantization)
