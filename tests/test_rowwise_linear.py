@@ -115,3 +115,38 @@ def test_the_llama_step_in_this_layout_is_close_to_stock(q: int) -> None:
                                      False)
     torch.testing.assert_close(logits["rowwise"], logits["stock"], rtol=1e-4, atol=1e-4)
     assert torch.equal(logits["rowwise"].argmax(-1), logits["stock"].argmax(-1))
+
+
+def test_a_fused_fp32_layers_rows_are_apart_and_close_to_its_modules() -> None:
+    """The layer over its own q/k/v and gate/up weights as parts (each a few tasks of
+    the parts' loop): every row bitwise its output alone, and the modules' output within
+    fp32 rounding."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=256, intermediate_size=640,
+                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
+    model = LlamaForCausalLM(config).eval()
+    layer = LlamaStep(model)._fused("rowwise")[0]
+    rows = 7
+    h = torch.randn(1, rows, 256)
+    cos, sin = model.model.rotary_emb(h, torch.arange(rows)[None])
+    q, k, v = layer.attention_inputs(h, cos, sin)  # (1, H, Q, D), (1, H_kv, Q, D) x 2
+    a = torch.randn(1, rows, 256)
+    out = layer.rest(h, a)
+    for i in range(rows):
+        alone = layer.attention_inputs(h[:, i:i + 1], cos[:, i:i + 1], sin[:, i:i + 1])
+        for both, one in zip((q, k, v), alone, strict=True):
+            assert torch.equal(both[:, :, i:i + 1], one)
+        assert torch.equal(out[:, i:i + 1], layer.rest(h[:, i:i + 1], a[:, i:i + 1]))
+    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    x = model.model.layers[0].input_layernorm(h)
+    want_k = attn.k_proj(x).view(1, rows, 2, 64).transpose(1, 2)
+    rotated = torch.cat((-want_k[..., 32:], want_k[..., :32]), -1)  # rotate-half
+    want_k = want_k * cos[:, None] + rotated * sin[:, None]
+    torch.testing.assert_close(k, want_k, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(v, attn.v_proj(x).view(1, rows, 2, 64).transpose(1, 2),
+                               rtol=1e-5, atol=1e-5)
+    mid = h + attn.o_proj(a)
+    want = mid + mlp(model.model.layers[0].post_attention_layernorm(mid))
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
