@@ -233,10 +233,9 @@ def latency_curve(model, packed_gqa: bool = False, windows: AttentionWindows | N
         if q == 1 and len(packs) == 2:
             fastest = {p: min(t for (_, p2), t in best.items() if p2 == p) for p in packs}
             pack = pack_single = fastest[True] < LAYOUT_MARGIN * fastest[False]
-        lay = min((lay for lay, p in best if p == pack), key=lambda lay: best[lay, pack])
-        if best[lay, pack] < LAYOUT_MARGIN * best["stock", pack]:
+        lay, seconds[q] = _winner(best, pack)
+        if lay != "stock":
             chosen[q] = lay
-        seconds[q] = best[chosen.get(q, "stock"), pack]
     return LatencyCurve(seconds, chosen, pack_single, source="measured")
 
 
@@ -287,10 +286,16 @@ def default_curve(model, packed_gqa: bool = False, windows: AttentionWindows | N
 
 def _fastest_layout(timer: _ForwardTimer, q: int, layouts: Sequence[Layout], pack: bool,
                     repeats: int) -> tuple[Layout, float]:
-    """The fastest of ``layouts`` for a forward of ``q`` tokens and its seconds; a layout
-    other than stock must win by ``LAYOUT_MARGIN``."""
-    best = timer.fastest(q, [(lay, pack) for lay in layouts], repeats)
-    lay = min((lay for lay, _ in best), key=lambda lay: best[lay, pack])
+    """The winning layout of ``layouts`` for a forward of ``q`` tokens (see
+    :func:`_winner`) and its seconds."""
+    return _winner(timer.fastest(q, [(lay, pack) for lay in layouts], repeats), pack)
+
+
+def _winner(best: dict[tuple[Layout, bool], float], pack: bool) -> tuple[Layout, float]:
+    """The layout that runs forwards packed as ``pack`` and its seconds, from
+    :meth:`_ForwardTimer.fastest`'s timings: the fastest, where it beats stock by
+    ``LAYOUT_MARGIN``, else stock."""
+    lay = min((lay for lay, p in best if p == pack), key=lambda lay: best[lay, pack])
     if best[lay, pack] < LAYOUT_MARGIN * best["stock", pack]:
         return lay, best[lay, pack]
     return "stock", best["stock", pack]

@@ -170,7 +170,11 @@ class LlamaStep:
                 gate_up=getattr(mlp, "quantized_gate_up", None),
                 fused=fused_layer.of(layer)))
         self.decoder_layers = list(base.layers)
-        self._rowwise_fused: list[FusedLayer] | None = None  # built on first use
+        # a fused quantized model's own layers; an fp32 model's in the rowwise layout
+        # (built on first use)
+        self._model_fused = ([w.fused for w in self.layers]
+                             if self.layers and self.layers[0].fused is not None else None)
+        self._rowwise_fused: list[FusedLayer] | None = None
         self.modules = tuple(model.modules())  # checked for hooks before every step
         self._prepacked: tuple[list[LayerWeights], torch.Tensor] | None = None
         self._versions: list[int] = []  # the weights' in-place versions when packed
@@ -271,8 +275,8 @@ class LlamaStep:
         """The layers as :class:`FusedLayer` calls: a fused quantized model's own, or in
         the rowwise layout an fp32 model's over its weights (built on first use, where
         the fused layer's and the row-wise attention's kernels are built); else None."""
-        if self.layers and self.layers[0].fused is not None:
-            return [w.fused for w in self.layers]
+        if self._model_fused is not None:
+            return self._model_fused
         if layout != "rowwise":
             return None
         if self._rowwise_fused is None:

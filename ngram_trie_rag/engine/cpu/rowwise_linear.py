@@ -36,7 +36,6 @@ reason and the layout is not offered.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import subprocess
 import threading
@@ -72,18 +71,8 @@ def _build() -> Product | None:
         log.warning("the fp32 few-row product kernel is not available (%s); fp32 forwards "
                     "use the BLAS's products", native.why(error))
         return None
-    function.restype = None
-    function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                         ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-
-    def product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        rows, n = x.shape[0], weight.shape[0]
-        y = x.new_empty((rows, n))
-        function(x.data_ptr(), rows, x.shape[1], weight.data_ptr(), n, None, y.data_ptr(),
-                 torch.get_num_threads())
-        return y
-
-    return product
+    product = native.weight_product(function)  # the fp32 kernel reads no scales
+    return lambda x, weight: product(x, weight, None)
 
 
 def applies(model: torch.nn.Module) -> bool:

@@ -52,20 +52,24 @@ def once(cell: list, lock: threading.Lock, build: Callable[[], T]) -> T:
 
 
 def weight_product(function: ctypes._CFuncPtr
-                   ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+                   ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None],
+                                 torch.Tensor]:
     """The Python side of a weight-only product kernel ``f(x, rows, K, weights, N,
-    scales, y, threads)`` (W8A32's and W4A32's): ``product(x, weights, scales)`` with x
-    (M, K) fp32, the weights' first dimension N, all contiguous on the CPU; y (M, N)
-    fp32, computed by a team of PyTorch's intra-op thread count."""
+    scales, y, threads)`` (W8A32's, W4A32's and W32A32's): ``product(x, weights,
+    scales)`` with x (M, K) fp32, the weights' first dimension N, all contiguous on the
+    CPU, scales None for a kernel that reads none (fp32 weights); y (M, N) fp32,
+    computed by a team of PyTorch's intra-op thread count."""
     function.restype = None
     function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                          ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
 
-    def product(x: torch.Tensor, weights: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    def product(x: torch.Tensor, weights: torch.Tensor,
+                scales: torch.Tensor | None) -> torch.Tensor:
         rows, n = x.shape[0], weights.shape[0]
         y = x.new_empty((rows, n))
-        function(x.data_ptr(), rows, x.shape[1], weights.data_ptr(), n, scales.data_ptr(),
-                 y.data_ptr(), torch.get_num_threads())
+        function(x.data_ptr(), rows, x.shape[1], weights.data_ptr(), n,
+                 None if scales is None else scales.data_ptr(), y.data_ptr(),
+                 torch.get_num_threads())
         return y
 
     return product
