@@ -9,8 +9,8 @@ generation waits for one. :func:`curve_for` gives a process its curve from
    ``<cache>/latency/`` (``$NGRAM_TRIE_RAG_CACHE`` overrides the cache folder), used as
    stored. A file that cannot be read, names another key or is older than ``MAX_AGE_S``
    is ignored;
-3. else a probe of two forwards (:func:`~ngram_trie_rag.engine.costs.latency.default_curve`,
-   well under a second), stored for the next process.
+3. else a probe of a few forwards (:func:`~ngram_trie_rag.engine.costs.latency.default_curve`,
+   a second or two), stored for the next process.
 
 Real steps then refine the seconds (the draft budget's timings, folded in by
 :func:`refine` when a generation ends) and the refined curve is stored, at most every
