@@ -33,6 +33,9 @@ Kind = Literal["full", "sliding", "chunked"]
 ATTENTION_TYPES = {"full_attention": "full", "sliding_attention": "sliding",
                    "chunked_attention": "chunked"}
 WINDOWED = ("sliding_attention", "chunked_attention")  # layer types with a window size
+# Layer types that fold every token into one state: Mamba's layers in Transformers 5.x
+# (which no longer marks the model ``_is_stateful``), Qwen3-Next's gated delta-net.
+RECURRENT_TYPES = ("linear_attention",)
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,10 @@ def attention_windows(config) -> AttentionWindows:
             continue
         kind = ATTENTION_TYPES.get(layer_type)
         if kind is None:
-            raise ValueError(f"layer type {layer_type!r} is not attention over a KV cache")
+            why = (" (it keeps a recurrent state that cannot be rolled back)"
+                   if layer_type in RECURRENT_TYPES else "")
+            raise ValueError(f"layer type {layer_type!r} is not attention over a KV "
+                             f"cache{why}")
         window = FULL if kind == "full" else Window(kind, int(size))
         if by_type.setdefault(layer_type, window) != window:
             raise ValueError(f"layers of type {layer_type!r} have different windows")

@@ -33,10 +33,6 @@ from ..quant import attention as quant_attention
 from .attention_windows import attention_windows
 from .rope_limits import rope_limit
 
-# Layer types that fold every token into one state: Mamba's layers in Transformers 5.x
-# (which no longer marks the model ``_is_stateful``), Qwen3-Next's gated delta-net.
-RECURRENT_LAYER_TYPES = ("linear_attention",)
-
 # Attention implementations that apply a 4-D additive mask as given (None: the default;
 # the engine's own measured SDPA variant, installed on models it runs, is SDPA).
 TREE_MASK_ATTENTION = (None, "eager", "sdpa", gqa_attention.NAME, quant_attention.NAME)
@@ -51,9 +47,7 @@ def check_supported(model: torch.nn.Module) -> None:
     if getattr(config, "is_encoder_decoder", False):
         raise ValueError(f"{family} is an encoder-decoder model; speculative decoding "
                          "here needs a decoder-only causal LM. Use model.generate().")
-    layer_types = getattr(config.get_text_config(decoder=True), "layer_types", None) or ()
-    if getattr(model, "_is_stateful", False) or any(
-            t in RECURRENT_LAYER_TYPES for t in layer_types):
+    if getattr(model, "_is_stateful", False):
         raise ValueError(f"{family} keeps a recurrent (state-space) state that cannot be "
                          "rolled back to the accepted tokens, so draft trees cannot be "
                          "verified. Use model.generate().")
