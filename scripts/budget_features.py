@@ -36,7 +36,7 @@ import numpy as np
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.bench.data import load_items
 from ngram_trie_rag.bench.runner import encode_item
-from ngram_trie_rag.drafting.budget import DraftBudget
+from ngram_trie_rag.drafting.budget import MAX_MATCH_BUCKET, DraftBudget
 from ngram_trie_rag.drafting.draft_tree import DraftTree
 from ngram_trie_rag.drafting.drafter import Drafter
 from ngram_trie_rag.drafting.oracle import hindsight_accept_lengths, replay_accept_lengths
@@ -66,7 +66,7 @@ class VariantBudget(DraftBudget):
         match, depth, share = super()._buckets(tree)
         n = len(tree)
         if self.use_recent and tree.recency is not None and n:
-            match = match + (1 + MAX_MATCH) * (tree.recency == tree.recency.max())
+            match = match + (1 + MAX_MATCH_BUCKET) * (tree.recency == tree.recency.max())
         streak = np.digitize(self.streak, STREAK_BINS) if self.use_streak else 0
         freq = np.digitize(tree.frequencies, FREQ_BINS) if self.use_freq else np.zeros(n, int)
         return match, depth, share, np.full(n, streak), freq
@@ -92,7 +92,7 @@ class VariantBudget(DraftBudget):
         self.seconds += self.cost(self._chosen)
 
 
-MAX_MATCH = 3  # DraftBudget's match axis runs 0..MAX_MATCH
+
 
 
 class StreakDrafter(Drafter):
