@@ -17,7 +17,7 @@ from model_families import FAMILIES, build
 from ngram_trie_rag import SpeculativeGenerator
 from ngram_trie_rag.drafting.draft_tree import DraftTree
 from ngram_trie_rag.engine.batched import BatchedEngine, draft_cap
-from ngram_trie_rag.engine.batched.step_inputs import batch_inputs
+from ngram_trie_rag.engine.batched.step_inputs import batch_inputs, ragged_inputs
 from ngram_trie_rag.reference import greedy_reference
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -113,7 +113,7 @@ def test_rows_in_the_curves_linear_layouts_decode_as_generate(generator, monkeyp
     sizes = (1, 2, 3, 5, 9, 17, 33, 65)
     middle = "rowwise" if w8a32.supported_cpu() else "transposed"
     curve = LatencyCurve({q: 0.01 * q for q in sizes},
-                         {q: "transposed" if q < 3 else middle if q < 9 else "prepacked"
+                         {q: "transposed" if q < 3 else middle if q < 5 else "prepacked"
                           for q in sizes})
     gen = SpeculativeGenerator(generator.model, generator.tokenizer,
                                engine=EagerEngine(generator.model, curve=curve))
@@ -121,15 +121,15 @@ def test_rows_in_the_curves_linear_layouts_decode_as_generate(generator, monkeyp
     layouts: list[str] = []
     batch = engine.step.batch
 
-    def recorded(*args):  # every batched forward's layout (its last argument)
-        layouts.append(args[-1])
-        return batch(*args)
+    def recorded(*args, **kwargs):  # every batched forward's layout (its fifth argument)
+        layouts.append(args[4])
+        return batch(*args, **kwargs)
 
     monkeypatch.setattr(engine.step, "batch", recorded)
     requests = cases(5)
     starts = [gen._start(m, d, None, {"max_new_tokens": n}, engine=engine)
               for m, d, n in requests]
-    got = _run_batched(gen, engine, starts, cap=4)  # 1-15 product rows: both layouts
+    got = _run_batched(gen, engine, starts, cap=4)  # 1-15 product rows: all three layouts
     for (_, _, n), start, tokens in zip(requests, starts, got, strict=True):
         assert tokens == reference(generator, start.ids, n)
     assert {"transposed", middle, "prepacked"} <= set(layouts)
@@ -181,6 +181,43 @@ def test_padding_rows_and_columns_are_invisible() -> None:
     assert visible[0, 2].tolist() == [True] * 6 + [False] * 2  # prefix + its ancestors
     assert visible[1, 0].tolist() == [True] * 6 + [False] * 2  # prefix + last
     assert visible[1, 1].tolist() == [True] * 7 + [False]  # padding: last and itself
+
+
+def test_an_unpadded_step_lays_each_rows_queries_end_to_end() -> None:
+    # row 0: 3 committed, a chain of 2; row 1: not stepped; row 2: 5 committed, no tree
+    inputs = ragged_inputs([(3, 10, DraftTree.chain([1, 2])), None, (5, 11, DraftTree.empty())],
+                           "cpu")
+    assert inputs.ids.tolist() == [[10, 1, 2, 11]]
+    assert inputs.positions.tolist() == [[3, 4, 5, 5]]
+    assert inputs.rows.tolist() == [0, 0, 0, 2] and inputs.columns.tolist() == [3, 4, 5, 5]
+    assert inputs.offsets == (0, 3, 3, 4) and inputs.width == 6
+    assert inputs.attention.slots.tolist() == [0, 1, 2, 6]  # places in the (3, 3) grid
+    seen = inputs.attention.allowed.bool()
+    assert seen[0, 2].tolist() == [True] * 6  # prefix + its ancestors
+    assert seen[2, 0].tolist() == [True] * 6  # prefix + last
+    assert seen[1].sum(-1).tolist() == [1, 1, 1]  # an empty place: column 0 only
+    assert seen[2, 1:].sum(-1).tolist() == [1, 1]
+
+
+def test_an_unpadded_step_gives_the_padded_steps_logits(generator) -> None:
+    # trees of 0, 5 and 2 nodes: unpadded the products see 1 + 6 + 3 rows, padded 3 x 9
+    import torch
+
+    engine = BatchedEngine(generator.model, max_batch=3, capacity=512, base=generator.engine)
+    if not engine.ragged:
+        pytest.skip("the row-wise attention kernel is not built on this machine")
+    kvs = [engine.prefill(generator.encode_prompt(m), 8)[0] for m, _, _ in cases(3)]
+    trees = [DraftTree.empty(), DraftTree.chain([5, 6, 7, 8, 9]), DraftTree.chain([8, 9])]
+    rows = [(kv, 11 + i, tree) for i, (kv, tree) in enumerate(zip(kvs, trees, strict=True))]
+    for given in (rows, rows[1:], [rows[0], rows[2]]):
+        _, unpadded = engine.run_batch(given)
+        engine.ragged = False
+        _, padded = engine.run_batch(given)
+        engine.ragged = True
+        for (_, _, tree), a, b in zip(given, unpadded, padded, strict=True):
+            assert a.shape == b.shape == (1 + len(tree), b.shape[-1])
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+            assert torch.equal(a.argmax(-1), b.argmax(-1))
 
 
 def test_draft_cap_shrinks_as_the_batch_grows() -> None:

@@ -80,3 +80,21 @@ class StepCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Only read where no position ids are passed (never here)."""
         return 0
+
+
+class RaggedStepCache(StepCache):
+    """:class:`StepCache` for an unpadded step: the T queries end to end, query t in
+    cache row ``rows[t]`` at column ``columns[t]`` (both (T,) int64); ``n`` rows attend."""
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor],
+                 rows: torch.Tensor, columns: torch.Tensor, n: int, width: int) -> None:
+        self.keys, self.values = keys, values
+        self.n, self.rows, self.cols, self.width = n, rows, columns, width
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        """key/value_states (1, H, T, D) -> the layer's keys/values (n, H, width, D)."""
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys[self.rows, :, self.cols] = key_states[0].transpose(0, 1)  # (T, H, D)
+        values[self.rows, :, self.cols] = value_states[0].transpose(0, 1)
+        return keys[: self.n, :, : self.width], values[: self.n, :, : self.width]

@@ -1,5 +1,5 @@
 """One batched verification forward's inputs: every row's ``[last] + tree``, padded to
-one node count.
+one node count (:func:`batch_inputs`), or end to end unpadded (:func:`ragged_inputs`).
 
 Row b's tree is padded (:func:`~..trees.tree_buckets.pad_tree`) to the common size N,
 the smallest bucket holding the largest tree of the step, so the forward is
@@ -19,6 +19,8 @@ import numpy as np
 import torch
 
 from ...drafting.draft_tree import DraftTree
+from ..cpu.ragged_attention import RaggedAttention
+from ..trees.tree_attention import ancestor_matrix
 from ..trees.tree_buckets import BUCKETS, bucket_for, pad_tree
 
 
@@ -70,3 +72,55 @@ def batch_inputs(lengths: Sequence[int], lasts: Sequence[int], trees: Sequence[D
                        positions=torch.from_numpy(past[:, None] + depths).to(device),
                        mask=mask.to(device), columns=torch.from_numpy(columns).to(device),
                        width=width, drafted=tuple(len(t) for t in trees))
+
+
+@dataclass(frozen=True)
+class RaggedInputs:
+    """Tensors of one unpadded step: row b's ``[last] + tree_b`` (``1 + N_b`` queries)
+    end to end, T queries in all, rows in order."""
+
+    ids: torch.Tensor  # (1, T) int64
+    positions: torch.Tensor  # (1, T) int64, length_b + depth
+    rows: torch.Tensor  # (T,) int64, each query's cache row b
+    columns: torch.Tensor  # (T,) int64, its cache column: length_b + j
+    attention: RaggedAttention  # its place in the (B, Q) grid and the keys each place sees
+    offsets: tuple[int, ...]  # (B + 1,): row b's queries are offsets[b] .. offsets[b + 1]
+    width: int  # key columns attended: max_b length_b + 1 + N_b
+
+
+def ragged_inputs(rows: Sequence[tuple[int, int, DraftTree] | None], device: torch.device
+                  ) -> RaggedInputs:
+    """Inputs for cache rows ``0 .. B - 1``: each ``(length_b, last_b, tree_b)``, or None
+    for a row with no queries this step (it holds its place in the grid, empty).
+
+    The grid is (B, Q = max_b 1 + N_b); query j of row b sees columns ``0 .. length_b``
+    and its ancestors (columns ``length_b + j'``); an empty place sees column 0 only."""
+    given = [r for r in rows if r is not None]
+    if not given:
+        raise ValueError("a ragged step needs at least one row with queries")
+    q = max(1 + len(tree) for _, _, tree in given)
+    width = max(length + 1 + len(tree) for length, _, tree in given)
+    visible = np.zeros((len(rows), q, width), dtype=bool)
+    visible[:, :, 0] = True  # every place sees column 0 (an empty one only that)
+    ids, positions, row_of, columns, slots, offsets = [], [], [], [], [], [0]
+    for b, row in enumerate(rows):
+        if row is not None:
+            length, last, tree = row
+            n = 1 + len(tree)
+            ids += [last, *tree.tokens.tolist()]
+            positions += [length, *(length + tree.depths).tolist()]
+            row_of += [b] * n
+            columns += range(length, length + n)
+            slots += range(b * q, b * q + n)
+            visible[b, :n, :length] = True
+            visible[b, :n, length:length + n] = ancestor_matrix(tree)
+        offsets.append(len(ids))
+    allowed = torch.from_numpy(visible.astype(np.uint8)).to(device)
+    return RaggedInputs(ids=_int64(ids, device)[None], positions=_int64(positions, device)[None],
+                        rows=_int64(row_of, device), columns=_int64(columns, device),
+                        attention=RaggedAttention(_int64(slots, device), allowed),
+                        offsets=tuple(offsets), width=width)
+
+
+def _int64(values: list[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64, device=device)

@@ -46,6 +46,7 @@ from ..quant.fused_layer import FusedLayer
 from ..quant.linear import QuantizedLinear
 from . import gqa_attention, rowwise_linear
 from .linear_layout import dense, prepacked, prepacked_product, transposed_product
+from .ragged_attention import RaggedAttention
 from .rowwise_linear import rowwise_product
 
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -210,13 +211,19 @@ class LlamaStep:
     @torch.inference_mode()
     def batch(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
               mask: torch.Tensor | None, cache, layout: Layout = "stock",
-              packed: bool = False) -> torch.Tensor:
+              packed: bool = False, ragged: RaggedAttention | None = None) -> torch.Tensor:
         """:meth:`__call__` over B sequences: ``input_ids`` and ``position_ids`` (B, Q),
         ``mask`` (B, 1, Q, S), ``cache.update`` taking and returning B rows (the batched
         engine's :class:`~ngram_trie_rag.engine.batched.slot_cache.StepCache`); logits
-        (B, Q, V)."""
+        (B, Q, V). With ``ragged``, the B sequences' queries end to end instead:
+        ``input_ids`` and ``position_ids`` (1, T), no mask, attention through
+        ``ragged`` (:mod:`~ngram_trie_rag.engine.cpu.ragged_attention`, which knows the
+        rows), the cache's update taking (1, H, T, D); logits (1, T, V)."""
         b, q_len = input_ids.shape
-        if mask is None and q_len != 1:
+        if ragged is not None:
+            if b != 1 or mask is not None:
+                raise ValueError("a ragged forward takes (1, T) queries and no mask")
+        elif mask is None and q_len != 1:
             raise ValueError("an unmasked forward must be a single query")
         if self.quantized and layout != "stock":
             raise ValueError(f"the {layout} layout packs float weights; this model's are "
@@ -236,7 +243,9 @@ class LlamaStep:
             for i, layer in enumerate(fused):  # what a fused model's own layers run
                 q, k, v = layer.attention_inputs(h, cos, sin)
                 k, v = cache.update(k, v, i)
-                h = layer.rest(h, fused_layer.attend(layer, q, k, v, allowed))
+                a = (ragged.attend(q, k, v, layer.attn.scaling) if ragged is not None
+                     else fused_layer.attend(layer, q, k, v, allowed))
+                h = layer.rest(h, a)
             h = _rms_norm(h, *self.norm)
             return linear(h, head)  # (B, Q, V)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
@@ -257,7 +266,9 @@ class LlamaStep:
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             k, v = cache.update(k, v, i)  # (B, H_kv, S, D): the committed prefix + these
-            if self.rowwise:  # (B, Q, H, D), each row alone
+            if ragged is not None:  # (1, T, H D)
+                h = h + linear(ragged.attend(q, k, v, scale), w.o_proj)
+            elif self.rowwise:  # (B, Q, H, D), each row alone
                 a = rowwise_attention.attend(q, k, v, allowed, False, scale)
                 h = h + linear(a.view(b, q_len, -1), w.o_proj)
             else:
