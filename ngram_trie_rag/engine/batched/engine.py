@@ -10,8 +10,9 @@
 - :meth:`run_batch` verifies every given row's ``[last] + tree`` in ONE forward over rows
   ``0 .. k - 1`` and returns each row's logits (1 + N_b, V). Where the direct Llama step
   attends with the row-wise kernel (fp32 on a CPU) the rows go unpadded: the products see
-  each row's own ``1 + N_b`` queries end to end (:mod:`~ngram_trie_rag.engine.cpu.ragged_attention`;
-  on two cores 12 rows of 0-16 nodes took 303 ms a step against 748 ms padded to 16);
+  each row's own ``1 + N_b`` queries end to end
+  (:mod:`~ngram_trie_rag.engine.cpu.ragged_attention`; on two cores 12 rows of 0-16
+  nodes took 234 ms a step against 522 ms padded to 16, median of 8);
   compiled, and elsewhere, trees are padded to one bucket (per-row positions and mask,
   see :mod:`~.step_inputs`);
 - :meth:`accept` walks one row's tree (the single engines' acceptance, so greedy and
