@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import torch
 
 from .decoding.grammar import Constraint, compiler_for
@@ -43,6 +44,7 @@ from .decoding.stream import GenerationStream, Step
 from .decoding.text_stream import TextStream
 from .drafting import DraftBudget, DraftConfig, Drafter, DraftTree
 from .drafting.answer_store import answer_tokens
+from .drafting.batch_trees import TreeShares
 from .engine import KV, Engine, engine_for
 from .engine.costs.latency import LatencyCurve
 from .engine.cpu import openmp_team
@@ -85,6 +87,17 @@ class _Plan:
     tree: DraftTree
     room: int
     start: float
+
+
+def _chances(req: _Request, tree: DraftTree) -> np.ndarray:
+    """(N,) the acceptance chances of ``tree``'s nodes in rank order, by the request's
+    draft budget; a grammar row's (its tokens may be forced: certain) all 1."""
+    budget = req.drafter.budget
+    if req.constraint is not None or budget is None or not len(tree):
+        return np.ones(len(tree))
+    p = np.zeros(len(tree))
+    p[tree.ranks()] = budget.probabilities(tree)
+    return p
 
 
 class _Start(NamedTuple):
@@ -376,13 +389,15 @@ class SpeculativeGenerator:
             commit=lambda path: engine.commit(req.kv, inputs, path))
 
     def _batch_step(self, reqs: Sequence[_Request], engine: BatchedEngine,
-                    cap: int | None = None, lock: threading.Lock | None = None
-                    ) -> list[Step]:
+                    cap: int | None = None, lock: threading.Lock | None = None,
+                    shares: TreeShares | None = None) -> list[Step]:
         """One step of every request in ``reqs`` (rows of ``engine``): each drafts as
-        :meth:`_step` does (trees at most ``cap`` nodes), then ONE forward verifies all
-        rows (under ``lock``, when given), then each row settles as in :meth:`_step`
-        (its own constraint, acceptance, cut, stats), and the accepted paths are
-        compacted together. Returns each request's step, in order."""
+        :meth:`_step` does (trees at most ``cap`` nodes; with ``shares``, each tree then
+        cut to the nodes that pay in this batch, see :mod:`~.drafting.batch_trees`),
+        then ONE forward verifies all rows (under ``lock``, when given), then each row
+        settles as in :meth:`_step` (its own constraint, acceptance, cut, stats), and
+        the accepted paths are compacted together. Returns each request's step, in
+        order."""
         out: list[Step | None] = [None] * len(reqs)
         planned: list[tuple[int, _Request, _Plan]] = []
         for i, req in enumerate(reqs):
@@ -392,12 +407,18 @@ class SpeculativeGenerator:
                 planned.append((i, req, plan))
             else:
                 out[i] = plan  # closed by its grammar: no forward
+        if shares is not None and len(planned) > 1:
+            kept = shares.lengths([_chances(r, p.tree) for _, r, p in planned])
+            planned = [(i, r, replace(p, tree=p.tree.top(k)))
+                       for (i, r, p), k in zip(planned, kept, strict=True)]
         if planned:
             with lock if lock is not None else contextlib.nullcontext():
                 forward_start = time.perf_counter()
                 row_steps, logits = engine.run_batch(
                     [(r.kv, r.last, p.tree) for _, r, p in planned])
                 seconds = time.perf_counter() - forward_start
+                if shares is not None and len(planned) > 1:
+                    shares.observe([len(p.tree) for _, _, p in planned], seconds)
                 commits: list = []
                 for (i, req, plan), row, rows in zip(planned, row_steps, logits, strict=True):
                     out[i] = self._settle(

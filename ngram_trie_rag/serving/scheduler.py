@@ -9,7 +9,7 @@ scheduler thread runs them all over a :class:`~ngram_trie_rag.engine.batched.Bat
         admit one waiting request: prefill it alone, a chunk per turn while others
         decode (all at once when none do), into a free row (joins the batch)
         step every runnable row together: per row its own draft (grammar closing,
-        forced tokens, the trie; trees capped by the cap chooser), ONE forward for all rows,
+        forced tokens, the trie; trees cut to what pays in the batch), ONE forward for all rows,
         per row its own acceptance, cut, stats, constraint; compaction for all rows
         rows that finished leave (the last row moves into the freed one)
 
@@ -24,7 +24,11 @@ holds the model's lock (``generator.engine.lock``) around each prefill and each 
 forward only, so other users of the same model interleave with it, and a stream never
 holds the lock while its reader is away.
 
-Draft budget under batching: a step of n rows caps each row's tree
+Draft budget under batching: where a step of n rows goes unpadded (an fp32 model on a
+CPU, :attr:`~ngram_trie_rag.engine.batched.BatchedEngine.unpadded`), each row keeps the
+nodes of its tree that pay in this batch, by the steps' fitted cost and each node's
+acceptance chance (:mod:`~ngram_trie_rag.drafting.batch_trees`). Where steps are padded
+to their largest tree (compiled, a GPU), one cap for all rows
 (:mod:`~ngram_trie_rag.engine.batched.cap_chooser`): first as the latency curve prices it
 (:mod:`~ngram_trie_rag.engine.batched.draft_cap`), then at the cap whose steps emitted
 the most tokens per second at that batch size, as measured.
@@ -46,6 +50,7 @@ from ..decoding.options import GenerationOptions
 from ..decoding.result import GenerationResult
 from ..decoding.stream import GenerationStream, Step
 from ..decoding.text_stream import TextStream
+from ..drafting.batch_trees import TreeShares
 from ..engine.batched import BatchedEngine, CapChooser
 from ..engine.batched.prefill_chunks import PendingPrefill
 from ..engine.cpu import openmp_team
@@ -150,7 +155,9 @@ class BatchScheduler:
         self.buffer_steps = buffer_steps
         self.prefill_chunk = prefill_chunk
         self.steps_run = 0  # batched steps so far (a prefill chunk runs between two)
-        self.caps = CapChooser(self.engine.buckets)  # each row's tree cap, as steps measure
+        # each row's share of an unpadded step, and a padded step's cap, as steps measure
+        self.shares = TreeShares()
+        self.caps = CapChooser(self.engine.buckets)
         self._cond = threading.Condition()  # guards everything below and the tickets
         self._waiting: deque[_Ticket] = deque()
         self._running: list[_Ticket] = []  # in the engine's rows (order: arrival)
@@ -347,11 +354,18 @@ class BatchScheduler:
     def _step(self, tickets: list[_Ticket]) -> None:
         """One batched step of ``tickets``' rows."""
         reqs = [t.start.request for t in tickets]
-        cap = self.caps.choose(len(reqs), max(r.drafter.num_draft for r in reqs),
-                               self.engine.curve.predict)
+        most = max(r.drafter.num_draft for r in reqs)
+        # an unpadded step costs its rows' own nodes: each row keeps the nodes that pay;
+        # a padded one costs its largest tree: one cap for all, as measured
+        shares = self.shares if self.engine.unpadded else None
+        if shares is not None:
+            cap = min(most, max(self.engine.buckets))
+        else:
+            cap = self.caps.choose(len(reqs), most, self.engine.curve.predict)
         start = time.perf_counter()
         try:
-            steps = self.generator._batch_step(reqs, self.engine, cap, self.engine.lock)
+            steps = self.generator._batch_step(reqs, self.engine, cap, self.engine.lock,
+                                               shares)
         except Exception as error:  # noqa: BLE001 - it fails this step's requests
             with self._cond:
                 for ticket in tickets:

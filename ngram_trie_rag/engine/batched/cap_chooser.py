@@ -1,4 +1,8 @@
-"""Each row's tree cap in a batched step, chosen by the throughput the steps measure.
+"""Each row's tree cap in a padded batched step, chosen by the throughput the steps measure.
+
+A padded step (compiled, or on a GPU) costs its largest tree in every row, so one cap
+serves all rows. An unpadded step (eager, fp32 on a CPU) costs each row's own nodes,
+and each row keeps what pays instead (:mod:`ngram_trie_rag.drafting.batch_trees`).
 
 :func:`~.draft_cap.draft_cap` prices a batched forward on the single-sequence latency
 curve, and trees there are worth what they cost only if enough of their nodes are

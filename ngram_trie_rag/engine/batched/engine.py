@@ -151,6 +151,13 @@ class BatchedEngine:
         return EngineInfo("batched", False, "modules" if self.step is None else "llama-step")
 
     @property
+    def unpadded(self) -> bool:
+        """Whether a step of several rows runs unpadded now (eager, the row-wise kernel's
+        attention; not once compiled steps are ready), so it costs its rows' own nodes."""
+        ready = self.compiled is not None and self.compiled.ready()
+        return self.ragged and not ready and not llama_step.hooked(self.step.modules)
+
+    @property
     def compiles(self) -> bool:
         """Whether the steps compile (ready or in the background); else :attr:`why_eager`."""
         return self.compiled is not None
