@@ -95,9 +95,7 @@ def _chances(req: _Request, tree: DraftTree) -> np.ndarray:
     budget = req.drafter.budget
     if req.constraint is not None or budget is None or not len(tree):
         return np.ones(len(tree))
-    p = np.zeros(len(tree))
-    p[tree.ranks()] = budget.probabilities(tree)
-    return p
+    return budget.ranked_probabilities(tree)
 
 
 class _Start(NamedTuple):
@@ -407,7 +405,8 @@ class SpeculativeGenerator:
                 planned.append((i, req, plan))
             else:
                 out[i] = plan  # closed by its grammar: no forward
-        if shares is not None and len(planned) > 1:
+        sharing = shares is not None and len(planned) > 1
+        if sharing:
             kept = shares.lengths([_chances(r, p.tree) for _, r, p in planned])
             planned = [(i, r, replace(p, tree=p.tree.top(k)))
                        for (i, r, p), k in zip(planned, kept, strict=True)]
@@ -417,7 +416,7 @@ class SpeculativeGenerator:
                 row_steps, logits = engine.run_batch(
                     [(r.kv, r.last, p.tree) for _, r, p in planned])
                 seconds = time.perf_counter() - forward_start
-                if shares is not None and len(planned) > 1:
+                if sharing:
                     shares.observe([len(p.tree) for _, _, p in planned], seconds)
                 commits: list = []
                 for (i, req, plan), row, rows in zip(planned, row_steps, logits, strict=True):

@@ -101,13 +101,18 @@ class DraftBudget:
         idx = self._buckets(tree)
         return self.accepted[idx] / self.seen[idx]
 
+    def ranked_probabilities(self, tree: DraftTree) -> np.ndarray:
+        """(N,) :meth:`probabilities` in rank order (best-ranked candidate first)."""
+        p = np.zeros(len(tree))
+        p[tree.ranks()] = self.probabilities(tree)
+        return p
+
     def choose(self, tree: DraftTree) -> int:
         """How many of ``tree``'s ranked candidates to verify (0: a plain step)."""
         n = min(len(tree), self.max_draft)
         if n == 0:
             return 0
-        p = np.zeros(len(tree))
-        p[tree.ranks()] = self.probabilities(tree)  # p in rank order
+        p = self.ranked_probabilities(tree)
         gain = 1.0 + np.concatenate(([0.0], np.cumsum(p[:n])))  # expected tokens, K = 0..n
         self.choices += 1
         if self.choices % EXPLORE_EVERY == 0:  # the prior's cost, so every size gets timed

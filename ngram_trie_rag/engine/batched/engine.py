@@ -43,21 +43,22 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ...drafting.draft_tree import DraftTree
 from ..acceptance import accept_step
-from ..cpu import llama_step, ragged_attention
+from ..cpu import llama_step
 from ..kv_cache import cache_kwargs
 from ..models.rope_limits import UNLIMITED
 from ..protocol import KV, Engine, EngineInfo, StepInputs
+from ..quant import rowwise_attention
 from ..trees.tree_buckets import BUCKETS
 from .compiled_step import TREE_SIZES, CompiledBatchedStep
 from .prefill_chunks import PendingPrefill
-from .slot_cache import RaggedStepCache, SlotCache, StepCache
+from .slot_cache import SlotCache, StepCache
 from .step_inputs import batch_inputs, ragged_inputs, step_size
 from .support import check_batchable
 
@@ -133,7 +134,8 @@ class BatchedEngine:
         # cpu.ragged_attention); else padded to one size (a quantized model's fp64
         # attention, SDPA elsewhere)
         self.ragged = (self.step is not None and not self.step.fp64_attention
-                       and ragged_attention.applies(model.dtype, model.device, head_dim))
+                       and rowwise_attention.applies(model.dtype, model.device, head_dim,
+                                                     None))
         # the forward's cache keyword: "cache" or "past_key_values"
         self.cache_keyword = next(iter(cache_kwargs(model, None)))
         self.compiled: CompiledBatchedStep | None = None
@@ -155,7 +157,9 @@ class BatchedEngine:
         """Whether a step of several rows runs unpadded now (eager, the row-wise kernel's
         attention; not once compiled steps are ready), so it costs its rows' own nodes."""
         ready = self.compiled is not None and self.compiled.ready()
-        return self.ragged and not ready and not llama_step.hooked(self.step.modules)
+        step = self.step
+        return (self.ragged and not ready and step is not None
+                and not llama_step.hooked(step.modules))
 
     @property
     def compiles(self) -> bool:
@@ -296,10 +300,10 @@ class BatchedEngine:
                                   size, self.model.device, self.model.dtype,
                                   width=self.slots.columns)
             return self._per_row(rows, compiled.run(inputs))
+        if k > 1 and self.unpadded:
+            return self._ragged(rows, k)
         step = self.step
         hooked = step is None or llama_step.hooked(step.modules)
-        if k > 1 and self.ragged and not hooked:
-            return self._ragged(rows, k)
         lengths = [self._rows[r].length for r in range(k)]
         # one row alone runs as the single engine's step would: its tree unpadded
         size = len(trees[0]) if k == 1 else size
@@ -328,27 +332,27 @@ class BatchedEngine:
         for kv, last, tree in rows:
             given[kv.row] = (kv.length, last, tree)
         inputs = ragged_inputs(given, self.model.device)
-        cache = RaggedStepCache(self.slots.keys, self.slots.values, inputs.rows,
-                                inputs.columns, k, inputs.width)
+        cache = StepCache(self.slots.keys, self.slots.values, inputs.columns[None],
+                          inputs.width, rows=inputs.rows[None], n=k)
         # the layout the base curve chose for a forward of as many product rows
         total = inputs.offsets[-1]
         layout = self.base.curve.layout(total) if self.base else "stock"
         logits = self.step.batch(inputs.ids, inputs.positions, None, cache, layout,
                                  ragged=inputs.attention)[0]  # (T, V)
-        steps, per_row = [], []
-        for kv, last, tree in rows:
-            steps.append(RowStep([last, *tree.tokens.tolist()], len(tree)))
-            per_row.append(logits[inputs.offsets[kv.row]: inputs.offsets[kv.row + 1]])
-        return steps, per_row
+        offsets = inputs.offsets
+        return self._per_row(rows, lambda row, _: logits[offsets[row]: offsets[row + 1]])
 
     @staticmethod
-    def _per_row(rows: Sequence[tuple[SlotKV, int, DraftTree]], logits: torch.Tensor
+    def _per_row(rows: Sequence[tuple[SlotKV, int, DraftTree]],
+                 logits: torch.Tensor | Callable[[int, int], torch.Tensor]
                  ) -> tuple[list[RowStep], list[torch.Tensor]]:
-        """Each given row's :class:`RowStep` and its real rows of ``logits`` (k', Q, V)."""
+        """Each given row's :class:`RowStep` and its real rows of ``logits`` (k', Q, V),
+        or of what ``logits(row, 1 + N)`` gives for a row (an unpadded step's slice)."""
+        rows_of = logits if callable(logits) else lambda row, q: logits[row, :q]
         steps, per_row = [], []
         for kv, last, tree in rows:
             steps.append(RowStep([last, *tree.tokens.tolist()], len(tree)))
-            per_row.append(logits[kv.row, : 1 + len(tree)])
+            per_row.append(rows_of(kv.row, 1 + len(tree)))
         return steps, per_row
 
     @staticmethod

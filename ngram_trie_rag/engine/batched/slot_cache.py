@@ -57,20 +57,24 @@ class StepCache:
 
     ``keys``/``values``: per layer the (max_batch, H, columns, D) buffers (a
     :class:`SlotCache`'s); ``columns`` (n, Q) int64: where row b's query j goes
-    (``length_b + j``).
+    (``length_b + j``). An unpadded step's T queries end to end come as one sequence:
+    ``columns`` (1, T) and ``rows`` (1, T), each query's cache row, of ``n`` rows.
     """
 
     def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor],
-                 columns: torch.Tensor, width: int) -> None:
+                 columns: torch.Tensor, width: int, rows: torch.Tensor | None = None,
+                 n: int | None = None) -> None:
         self.keys, self.values = keys, values
-        self.n = int(columns.shape[0])
-        self.rows = torch.arange(self.n, device=columns.device)[:, None]  # (n, 1)
-        self.cols = columns  # (n, Q)
+        self.n = int(columns.shape[0]) if n is None else n
+        # (n, 1): row b's queries in cache row b; or each query's own row
+        self.rows = torch.arange(self.n, device=columns.device)[:, None] if rows is None else rows
+        self.cols = columns  # (n, Q), or (1, T)
         self.width = width
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
                *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-        """key/value_states (n, H, Q, D) -> the layer's keys/values (n, H, width, D)."""
+        """key/value_states (n, H, Q, D), or (1, H, T, D) -> the layer's keys/values
+        (n, H, width, D)."""
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         # advanced indices around a slice: the indexed result is (n, Q, H, D)
         keys[self.rows, :, self.cols] = key_states.transpose(1, 2)
@@ -81,20 +85,3 @@ class StepCache:
         """Only read where no position ids are passed (never here)."""
         return 0
 
-
-class RaggedStepCache(StepCache):
-    """:class:`StepCache` for an unpadded step: the T queries end to end, query t in
-    cache row ``rows[t]`` at column ``columns[t]`` (both (T,) int64); ``n`` rows attend."""
-
-    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor],
-                 rows: torch.Tensor, columns: torch.Tensor, n: int, width: int) -> None:
-        self.keys, self.values = keys, values
-        self.n, self.rows, self.cols, self.width = n, rows, columns, width
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
-               *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-        """key/value_states (1, H, T, D) -> the layer's keys/values (n, H, width, D)."""
-        keys, values = self.keys[layer_idx], self.values[layer_idx]
-        keys[self.rows, :, self.cols] = key_states[0].transpose(0, 1)  # (T, H, D)
-        values[self.rows, :, self.cols] = value_states[0].transpose(0, 1)
-        return keys[: self.n, :, : self.width], values[: self.n, :, : self.width]

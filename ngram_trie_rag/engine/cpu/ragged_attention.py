@@ -43,8 +43,3 @@ class RaggedAttention:
         grid = grid.view(b, q_len, heads, dim).transpose(1, 2)  # (B, H, Q, D)
         out = rowwise_attention.attend(grid, k, v, self.allowed, False, scale)  # (B, Q, H, D)
         return out.reshape(b * q_len, heads * dim)[self.slots][None]
-
-
-def applies(dtype: torch.dtype, device: torch.device, head_dim: int) -> bool:
-    """Where the row-wise kernel runs (fp32 on a CPU whose kernel is built)."""
-    return rowwise_attention.applies(dtype, device, head_dim, None)
